@@ -1,0 +1,1 @@
+"""NVTX -> GPU projection, exclusive phase timeline, name-mapping rules (not built yet)."""

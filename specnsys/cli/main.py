@@ -1,0 +1,78 @@
+"""``specnsys`` entry point: argument parsing, error-to-exit-code mapping, warning display.
+
+Exit status: 0 success; 2 bad input or usage (one line on stderr); 3 an internal error (a bug:
+one line, full traceback with ``SPECNSYS_DEBUG=1``); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+
+from specnsys.errors import EXIT_BAD_INPUT, SpecnsysError
+
+EXIT_INTERNAL = 3
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    print(f"specnsys: warning: {message}", file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and status 2, like every bad input
+        print(f"specnsys: error: {message} (see specnsys --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from specnsys import __version__
+    from specnsys.cli import info, sql
+
+    parser = _Parser(
+        prog="specnsys",
+        description="Analyze Nsight Systems traces of speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"specnsys {__version__}")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="do not read or write the columnar cache"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    info.register(sub)
+    sql.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    warnings.showwarning = _show_warning
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except SpecnsysError as exc:
+        print(f"specnsys: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("specnsys: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # Output closed early (e.g. piped into head): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if os.environ.get("SPECNSYS_DEBUG"):
+            raise
+        detail = " ".join(str(exc).split()) or "no message"
+        print(
+            f"specnsys: internal error: {type(exc).__name__}: {detail} "
+            "(a bug; rerun with SPECNSYS_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

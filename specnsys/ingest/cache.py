@@ -1,0 +1,117 @@
+"""Columnar cache of ingested traces: one folder of Parquet files per export, outside the export.
+
+A cache entry is keyed on the export's resolved path, size, mtime and schema version plus the
+model version, so a changed export (same path, new content) never reuses a stale entry. Entries
+are written to a private temporary folder and renamed into place, so a reader never sees half an
+entry and two processes ingesting the same trace at once both succeed (the second rename loses
+and its copy is dropped). When the cache folder cannot be written the trace is still analyzed,
+from memory, with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from specnsys.ingest.model import MODEL_VERSION
+
+MANIFEST = "manifest.json"
+
+
+class SpecnsysWarning(UserWarning):
+    """Something was skipped or degraded; the answer is still given."""
+
+
+def cache_root() -> Path:
+    """``$SPECNSYS_CACHE_DIR``, else ``$XDG_CACHE_HOME/specnsys``, else ``~/.cache/specnsys``."""
+    explicit = os.environ.get("SPECNSYS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specnsys"
+
+
+def cache_disabled() -> bool:
+    return os.environ.get("SPECNSYS_NO_CACHE", "") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Identity of one export's content as far as the cache is concerned."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    schema_version: str | None
+    product_version: str | None
+
+    def digest(self) -> str:
+        payload = json.dumps({**self.__dict__, "model": MODEL_VERSION}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+    def folder(self, root: Path) -> Path:
+        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(self.path).stem)
+        return root / f"{stem[:60]}-{self.digest()}"
+
+
+def load_manifest(folder: Path, key: CacheKey) -> dict | None:
+    """The manifest of a complete entry for *key*, or None when there is none to reuse."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if manifest.get("key") != key.__dict__ or manifest.get("model_version") != MODEL_VERSION:
+        return None
+    if not all((folder / f"{t}.parquet").is_file() for t in manifest.get("tables", [])):
+        return None
+    return manifest
+
+
+def store(folder: Path, key: CacheKey, tables: dict[str, pa.Table], summary: dict) -> bool:
+    """Write an entry atomically; False (with a warning) when the cache cannot be written."""
+    tmp: Path | None = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+        con = duckdb.connect()
+        try:
+            for name, table in tables.items():
+                con.register("t", table)
+                target = str(tmp / f"{name}.parquet").replace("'", "''")
+                con.execute(f"COPY t TO '{target}' (FORMAT parquet, COMPRESSION zstd)")
+                con.unregister("t")
+        finally:
+            con.close()
+        manifest = {
+            "key": key.__dict__,
+            "model_version": MODEL_VERSION,
+            "tables": list(tables),
+            "summary": summary,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if load_manifest(folder, key) is None:  # not a lost race: a real failure
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+        return True
+    except (OSError, duckdb.Error) as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+        warnings.warn(
+            f"cache folder {folder.parent} is not usable ({reason}); working without a cache",
+            SpecnsysWarning,
+            stacklevel=3,
+        )
+        return False

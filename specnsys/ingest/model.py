@@ -1,0 +1,409 @@
+"""The normalized trace model: stable table names, column names and types for every nsys version.
+
+Each model table is defined by the source table(s) it reads, the raw columns it needs (read by
+:mod:`specnsys.ingest.sqlite_reader`, all-NULL when a version lacks them) and one DuckDB query
+that turns the raw Arrow columns into the model's columns. Row counts are preserved: a model
+table has exactly as many rows as its source table (``nvtx`` keeps domain/category/thread-name
+rows and says what each row is in ``kind``), so a count in the model can be checked against a
+count in SQLite.
+
+Conventions: times are integer nanoseconds on the export's session timeline; ``pid``/``tid`` are
+decoded from nsys global ids (``pid = (g >> 24) & 0xFFFFFF``, ``tid = g & 0xFFFFFF``); the raw
+global ids stay available as ``global_tid``/``global_pid``; names are resolved from ``StringIds``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
+
+#: Bump when the model's tables or columns change, so old caches are not reused.
+MODEL_VERSION = 1
+
+MODEL_TABLES = (
+    "threads",
+    "processes",
+    "nvtx",
+    "runtime",
+    "kernels",
+    "memcpy",
+    "memset",
+    "sync",
+    "gpu_metrics",
+    "gpus",
+)
+
+PID = "((({g}) >> 24) & 16777215)"
+TID = "(({g}) & 16777215)"
+
+NVTX_KIND = """CASE eventType
+    WHEN 59 THEN 'push_pop' WHEN 70 THEN 'push_pop'
+    WHEN 60 THEN 'start_end' WHEN 71 THEN 'start_end'
+    WHEN 34 THEN 'mark'
+    WHEN 75 THEN 'domain_create' WHEN 76 THEN 'domain_destroy'
+    WHEN 33 THEN 'category' WHEN 39 THEN 'thread_name'
+    ELSE 'other' END"""
+
+# ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND, hard-coded because ENUM tables are optional.
+COPY_KINDS = {
+    0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+    8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
+}
+MEMORY_KINDS = {
+    0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
+    6: "managed static", 7: "unknown",
+}
+
+
+def _case(column: str, mapping: dict[int, str]) -> str:
+    whens = " ".join(f"WHEN {k} THEN '{v}'" for k, v in mapping.items())
+    return f"CASE {column} {whens} ELSE NULL END"
+
+
+def _ints(*names: str) -> list[RawColumn]:
+    return [RawColumn(n, "int") for n in names]
+
+
+@dataclass(frozen=True)
+class SourceRead:
+    """One raw table registered in DuckDB under ``alias`` before the model query runs."""
+
+    alias: str
+    table: str
+    columns: tuple[RawColumn, ...]
+    with_rowid: bool = False
+
+
+@dataclass(frozen=True)
+class ModelTable:
+    """A model table: the raw reads it needs and the DuckDB query that normalizes them."""
+
+    name: str
+    sources: tuple[SourceRead, ...]
+    query: str | Callable[[SqliteExport], str]
+    counts_source: str | None  # the SQLite table whose row count this table must equal
+
+    def sql(self, export: SqliteExport) -> str:
+        return self.query(export) if callable(self.query) else self.query
+
+
+THREADS = ModelTable(
+    "threads",
+    (SourceRead("raw_threads", "ThreadNames", tuple(_ints("nameId", "priority", "globalTid"))),),
+    f"""SELECT CAST({PID.format(g="t.globalTid")} AS BIGINT) AS pid,
+               CAST({TID.format(g="t.globalTid")} AS BIGINT) AS tid,
+               t.globalTid AS global_tid, s.value AS name, t.priority AS priority
+        FROM raw_threads t LEFT JOIN strings s ON s.id = t.nameId""",
+    "ThreadNames",
+)
+
+PROCESSES = ModelTable(
+    "processes",
+    (
+        SourceRead(
+            "raw_processes",
+            "PROCESSES",
+            (RawColumn("globalPid"), RawColumn("pid"), RawColumn("name", "text")),
+        ),
+    ),
+    f"""SELECT CAST(COALESCE(pid, {PID.format(g="globalPid")}) AS BIGINT) AS pid,
+               globalPid AS global_pid, name
+        FROM raw_processes""",
+    "PROCESSES",
+)
+
+_NVTX_COLUMNS = (
+    *_ints("start", "end", "eventType", "rangeId", "category", "color", "globalTid",
+           "endGlobalTid", "textId", "domainId", "int64Value", "uint64Value", "int32Value",
+           "uint32Value", "jsonTextId"),
+    RawColumn("text", "text"),
+    RawColumn("jsonText", "text"),
+    RawColumn("doubleValue", "real"),
+    RawColumn("floatValue", "real"),
+)
+
+NVTX = ModelTable(
+    "nvtx",
+    (SourceRead("raw_nvtx", "NVTX_EVENTS", _NVTX_COLUMNS, with_rowid=True),),
+    f"""
+WITH ev AS (
+    SELECT e.__rowid AS id, e.start, e."end", {NVTX_KIND} AS kind, e.eventType AS event_type,
+           COALESCE(e.text, ts.value) AS text,
+           COALESCE(e.domainId, 0) AS domain_id, e.category AS category_id,
+           COALESCE(e.int64Value, e.uint64Value, e.int32Value, e.uint32Value) AS payload_int,
+           COALESCE(e.doubleValue, e.floatValue) AS payload_float,
+           COALESCE(e.jsonText, js.value) AS json_text,
+           e.color, e.rangeId AS range_id,
+           e.globalTid AS global_tid,
+           CAST({PID.format(g="e.globalTid")} AS BIGINT) AS pid,
+           CAST({TID.format(g="e.globalTid")} AS BIGINT) AS tid,
+           e.endGlobalTid AS end_global_tid,
+           CAST({TID.format(g="e.endGlobalTid")} AS BIGINT) AS end_tid
+    FROM raw_nvtx e
+    LEFT JOIN strings ts ON ts.id = e.textId
+    LEFT JOIN strings js ON js.id = e.jsonTextId
+),
+domains AS (
+    SELECT pid, domain_id, any_value(text) AS domain FROM ev
+    WHERE kind = 'domain_create' GROUP BY ALL
+),
+categories AS (
+    SELECT pid, domain_id, category_id, any_value(text) AS category FROM ev
+    WHERE kind = 'category' GROUP BY ALL
+),
+-- Nesting of push/pop ranges per (thread, domain), as NVTX keeps one stack per pair.
+-- depth = ranges open when this one starts (a sweep over start/end events, ends first at
+-- equal times so back-to-back ranges are siblings); parent = the latest range before this
+-- one, in start order, one level up (true for any properly nested set of intervals).
+pp AS (
+    SELECT id, COALESCE(global_tid, -1) AS g, domain_id AS d, start,
+           COALESCE("end", 9223372036854775807) AS end_key
+    FROM ev WHERE kind = 'push_pop'
+),
+sweep AS (
+    SELECT id, g, d, start AS t, 1 AS typ, -end_key AS tie, 1 AS delta FROM pp
+    UNION ALL
+    SELECT id, g, d, end_key, CASE WHEN end_key = start THEN 2 ELSE 0 END, 0, -1 FROM pp
+),
+opened AS (
+    SELECT id, g, d, delta,
+           COALESCE(SUM(delta) OVER (PARTITION BY g, d ORDER BY t, typ, tie, id
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS depth
+    FROM sweep
+),
+nested AS (
+    SELECT o.id, o.g, o.d, CAST(o.depth AS INTEGER) AS depth,
+           ROW_NUMBER() OVER (PARTITION BY p.g, p.d ORDER BY p.start, -p.end_key, p.id) AS ord
+    FROM opened o JOIN pp p USING (id) WHERE o.delta = 1
+),
+parents AS (
+    SELECT c.id, c.depth, par.id AS parent
+    FROM nested c ASOF LEFT JOIN nested par
+      ON c.g = par.g AND c.d = par.d AND c.depth - 1 = par.depth AND c.ord > par.ord
+)
+SELECT ev.id, ev.start, ev."end", ev."end" - ev.start AS duration, ev.kind, ev.event_type,
+       ev.text, ev.domain_id, dm.domain, ev.category_id, ct.category,
+       ev.payload_int, ev.payload_float, ev.json_text, ev.color, ev.range_id,
+       ev.pid, ev.tid, ev.global_tid, ev.end_tid, ev.end_global_tid,
+       pr.depth, pr.parent
+FROM ev
+LEFT JOIN domains dm ON dm.pid IS NOT DISTINCT FROM ev.pid AND dm.domain_id = ev.domain_id
+LEFT JOIN categories ct ON ct.pid IS NOT DISTINCT FROM ev.pid AND ct.domain_id = ev.domain_id
+     AND ct.category_id = ev.category_id
+LEFT JOIN parents pr ON pr.id = ev.id
+ORDER BY ev.id
+""",
+    "NVTX_EVENTS",
+)
+
+RUNTIME = ModelTable(
+    "runtime",
+    (
+        SourceRead(
+            "raw_runtime",
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            tuple(_ints("start", "end", "eventClass", "globalTid", "correlationId", "nameId",
+                        "returnValue")),
+        ),
+    ),
+    f"""SELECT r.start, r."end", r."end" - r.start AS duration,
+               regexp_replace(s.value, '(_v[0-9]+)+$', '') AS name, s.value AS raw_name,
+               r.correlationId AS correlation_id, r.eventClass AS event_class,
+               r.eventClass = 67 AS is_backtrace, r.returnValue AS return_value,
+               CAST({PID.format(g="r.globalTid")} AS BIGINT) AS pid,
+               CAST({TID.format(g="r.globalTid")} AS BIGINT) AS tid,
+               r.globalTid AS global_tid
+        FROM raw_runtime r LEFT JOIN strings s ON s.id = r.nameId""",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+)
+
+KERNELS = ModelTable(
+    "kernels",
+    (
+        SourceRead(
+            "raw_kernels",
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            tuple(_ints("start", "end", "deviceId", "contextId", "streamId", "correlationId",
+                        "globalPid", "shortName", "demangledName", "gridX", "gridY", "gridZ",
+                        "blockX", "blockY", "blockZ", "registersPerThread",
+                        "staticSharedMemory", "dynamicSharedMemory", "graphNodeId", "graphId",
+                        "launchType")),
+        ),
+    ),
+    f"""SELECT k.start, k."end", k."end" - k.start AS duration,
+               k.deviceId AS device_id, k.contextId AS context_id, k.streamId AS stream_id,
+               k.correlationId AS correlation_id,
+               CAST({PID.format(g="k.globalPid")} AS BIGINT) AS pid, k.globalPid AS global_pid,
+               sn.value AS short_name, dn.value AS demangled_name,
+               k.gridX AS grid_x, k.gridY AS grid_y, k.gridZ AS grid_z,
+               k.blockX AS block_x, k.blockY AS block_y, k.blockZ AS block_z,
+               k.registersPerThread AS registers_per_thread,
+               k.staticSharedMemory AS static_shared_memory,
+               k.dynamicSharedMemory AS dynamic_shared_memory,
+               k.graphNodeId AS graph_node_id, k.graphId AS graph_id, k.launchType AS launch_type
+        FROM raw_kernels k
+        LEFT JOIN strings sn ON sn.id = k.shortName
+        LEFT JOIN strings dn ON dn.id = k.demangledName""",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+)
+
+_GPU_OP_COLUMNS = ("start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid")
+_GPU_OP_SELECT = f"""start, "end", "end" - start AS duration, deviceId AS device_id,
+        contextId AS context_id, streamId AS stream_id, correlationId AS correlation_id,
+        CAST({PID.format(g="globalPid")} AS BIGINT) AS pid, globalPid AS global_pid"""
+
+MEMCPY = ModelTable(
+    "memcpy",
+    (
+        SourceRead(
+            "raw_memcpy",
+            "CUPTI_ACTIVITY_KIND_MEMCPY",
+            tuple(_ints(*_GPU_OP_COLUMNS, "bytes", "copyKind", "srcKind", "dstKind",
+                        "graphNodeId")),
+        ),
+    ),
+    f"""SELECT {_GPU_OP_SELECT}, bytes, copyKind AS copy_kind,
+               {_case("copyKind", COPY_KINDS)} AS copy_kind_name,
+               {_case("srcKind", MEMORY_KINDS)} AS src_kind,
+               {_case("dstKind", MEMORY_KINDS)} AS dst_kind,
+               graphNodeId AS graph_node_id
+        FROM raw_memcpy""",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+)
+
+MEMSET = ModelTable(
+    "memset",
+    (
+        SourceRead(
+            "raw_memset",
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+            tuple(_ints(*_GPU_OP_COLUMNS, "bytes", "value", "memKind", "graphNodeId")),
+        ),
+    ),
+    f"""SELECT {_GPU_OP_SELECT}, bytes, value,
+               {_case("memKind", MEMORY_KINDS)} AS mem_kind, graphNodeId AS graph_node_id
+        FROM raw_memset""",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+)
+
+SYNC = ModelTable(
+    "sync",
+    (
+        SourceRead(
+            "raw_sync",
+            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+            tuple(_ints(*_GPU_OP_COLUMNS, "syncType", "eventId")),
+        ),
+    ),
+    # syncType was renumbered in nsys 2025.3; classify by the launching API's name instead
+    # (join runtime on correlation_id and pid), which is why the raw code is kept as is.
+    f"""SELECT {_GPU_OP_SELECT}, syncType AS sync_type, eventId AS event_id FROM raw_sync""",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+)
+
+GPU_METRICS = ModelTable(
+    "gpu_metrics",
+    (
+        SourceRead("raw_gpu_metrics", "GPU_METRICS", tuple(_ints("timestamp", "typeId", "metricId", "value"))),
+        SourceRead(
+            "raw_gpu_metric_names",
+            "TARGET_INFO_GPU_METRICS",
+            (RawColumn("typeId"), RawColumn("metricId"), RawColumn("metricName", "text")),
+        ),
+    ),
+    """WITH names AS (
+           SELECT typeId, metricId, any_value(metricName) AS metric_name
+           FROM raw_gpu_metric_names GROUP BY ALL
+       )
+       SELECT m.timestamp, CAST(m.typeId & 255 AS BIGINT) AS device_id, n.metric_name,
+              m.metricId AS metric_id, m.value
+       FROM raw_gpu_metrics m
+       LEFT JOIN names n ON n.typeId = m.typeId AND n.metricId = m.metricId""",
+    "GPU_METRICS",
+)
+
+
+def _gpus_query(export: SqliteExport) -> str:
+    # TARGET_INFO_GPU calls its key `deviceId` up to 2020.5 and `id` after; the old layout
+    # lacks the properties, which then come from TARGET_INFO_CUDA_GPU (same deviceId). Its
+    # globalMemoryBandwidth is not in bytes/s in the exports seen, so it is not used.
+    key = "deviceId" if "deviceId" in export.columns("TARGET_INFO_GPU") else "id"
+    return f"""WITH cuda AS (
+           SELECT deviceId, any_value(numMultiprocessors) AS sms, any_value(coreClockRate) AS clk
+           FROM raw_cuda_gpus GROUP BY deviceId
+       )
+       SELECT g.{key} AS device_id, g.name, COALESCE(g.smCount, c.sms) AS sm_count,
+              g.memoryBandwidth AS memory_bandwidth, g.totalMemory AS total_memory,
+              COALESCE(g.clockRate, c.clk * 1000) AS clock_rate_hz, g.cuDevice AS cuda_device,
+              g.chipName AS chip_name, g.busLocation AS bus_location, g.uuid,
+              g.computeMajor AS compute_major, g.computeMinor AS compute_minor
+       FROM raw_gpus g LEFT JOIN cuda c ON c.deviceId = g.{key}"""
+
+
+GPUS = ModelTable(
+    "gpus",
+    (
+        SourceRead(
+            "raw_gpus",
+            "TARGET_INFO_GPU",
+            (
+                *_ints("id", "deviceId", "smCount", "memoryBandwidth", "totalMemory",
+                       "clockRate", "cuDevice", "computeMajor", "computeMinor"),
+                RawColumn("name", "text"),
+                RawColumn("chipName", "text"),
+                RawColumn("busLocation", "text"),
+                RawColumn("uuid", "text"),
+            ),
+        ),
+        SourceRead(
+            "raw_cuda_gpus",
+            "TARGET_INFO_CUDA_GPU",
+            tuple(_ints("deviceId", "numMultiprocessors", "coreClockRate")),
+        ),
+    ),
+    _gpus_query,
+    "TARGET_INFO_GPU",
+)
+
+MODEL = (THREADS, PROCESSES, NVTX, RUNTIME, KERNELS, MEMCPY, MEMSET, SYNC, GPU_METRICS, GPUS)
+assert tuple(t.name for t in MODEL) == MODEL_TABLES
+
+STRINGS = SourceRead("raw_strings", "StringIds", (RawColumn("id"), RawColumn("value", "text")))
+
+
+def to_arrow(relation: duckdb.DuckDBPyRelation) -> pa.Table:
+    """A DuckDB relation as one Arrow table (the method's name changed in DuckDB 1.4)."""
+    method = getattr(relation, "to_arrow_table", None) or relation.fetch_arrow_table
+    return method()
+
+
+def build_model(export: SqliteExport) -> dict[str, pa.Table]:
+    """Read every source table the model needs and return the model's tables as Arrow."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    reads = [STRINGS, *(src for table in MODEL for src in table.sources)]
+    # Small tables are read concurrently; a large one also splits itself into rowid slices.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        raw = dict(
+            zip(
+                [r.alias for r in reads],
+                pool.map(lambda r: export.read_table(r.table, r.columns, with_rowid=r.with_rowid), reads),
+                strict=True,
+            )
+        )
+    con = duckdb.connect()
+    try:
+        for alias, table in raw.items():
+            con.register(alias, table)
+        con.execute(
+            "CREATE TEMP TABLE strings AS SELECT id, any_value(value) AS value "
+            "FROM raw_strings GROUP BY id"
+        )
+        return {table.name: to_arrow(con.sql(table.sql(export))) for table in MODEL}
+    finally:
+        con.close()

@@ -1,0 +1,183 @@
+"""What a trace contains and what it can support, computed once at ingest and cached with it.
+
+``info`` prints this; the analyses consult ``capabilities`` to say "not available, because ..."
+instead of producing a number the trace cannot back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import duckdb
+
+from specnsys.ingest.schema import SchemaVersion
+
+SPAN_TABLES = ("nvtx", "runtime", "kernels", "memcpy", "memset", "sync")
+
+
+@dataclass(frozen=True)
+class Capability:
+    """Whether one analysis can run on this trace, and why not when it cannot."""
+
+    available: bool
+    reason: str
+
+
+@dataclass
+class TraceSummary:
+    """Versions, counts, time span, processes and capabilities of one ingested export."""
+
+    version: SchemaVersion
+    source_tables: list[str]
+    row_counts: dict[str, int]
+    source_row_counts: dict[str, int]
+    span_start_ns: int | None
+    span_end_ns: int | None
+    nvtx_kinds: dict[str, int]
+    nvtx_domains: list[str]
+    processes: list[dict[str, object]]
+    capabilities: dict[str, Capability] = field(default_factory=dict)
+
+    @property
+    def span_ns(self) -> int | None:
+        if self.span_start_ns is None or self.span_end_ns is None:
+            return None
+        return self.span_end_ns - self.span_start_ns
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["version"] = self.version.to_dict()
+        out["span_ns"] = self.span_ns
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TraceSummary:
+        data = dict(data)
+        data.pop("span_ns", None)
+        data["version"] = SchemaVersion(**data["version"])
+        data["capabilities"] = {k: Capability(**v) for k, v in data["capabilities"].items()}
+        return cls(**data)
+
+
+def summarize(
+    con: duckdb.DuckDBPyConnection,
+    version: SchemaVersion,
+    source_tables: list[str],
+    source_row_counts: dict[str, int],
+    model_tables: list[str],
+) -> TraceSummary:
+    """Summarize a trace whose model tables are visible in *con* under their model names."""
+    counts = {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in model_tables}
+    bounds = " UNION ALL ".join(
+        f'SELECT min(start) AS lo, max(COALESCE("end", start)) AS hi FROM {t}' for t in SPAN_TABLES
+    )
+    lo, hi = con.execute(f"SELECT min(lo), max(hi) FROM ({bounds})").fetchone()
+    kinds = dict(con.execute("SELECT kind, count(*) FROM nvtx GROUP BY kind ORDER BY kind").fetchall())
+    domains = [
+        d
+        for (d,) in con.execute(
+            "SELECT DISTINCT domain FROM nvtx WHERE domain IS NOT NULL ORDER BY domain"
+        ).fetchall()
+    ]
+    processes = _processes(con)
+    summary = TraceSummary(
+        version=version,
+        source_tables=source_tables,
+        row_counts=counts,
+        source_row_counts=source_row_counts,
+        span_start_ns=None if lo is None else int(lo),
+        span_end_ns=None if hi is None else int(hi),
+        nvtx_kinds={str(k): int(v) for k, v in kinds.items()},
+        nvtx_domains=[str(d) for d in domains],
+        processes=processes,
+    )
+    summary.capabilities = _capabilities(con, summary)
+    return summary
+
+
+def _processes(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
+    """Processes that own events, with their name, thread count and event counts."""
+    rows = con.execute(
+        """
+        WITH active AS (
+            SELECT pid, 'nvtx' AS src, count(*) AS n FROM nvtx GROUP BY pid
+            UNION ALL SELECT pid, 'runtime', count(*) FROM runtime GROUP BY pid
+            UNION ALL SELECT pid, 'kernels', count(*) FROM kernels GROUP BY pid
+        ),
+        per_pid AS (
+            SELECT pid, sum(n) FILTER (WHERE src = 'nvtx') AS nvtx,
+                   sum(n) FILTER (WHERE src = 'runtime') AS runtime,
+                   sum(n) FILTER (WHERE src = 'kernels') AS kernels
+            FROM active WHERE pid IS NOT NULL GROUP BY pid
+        ),
+        names AS (SELECT pid, any_value(name) AS name FROM processes GROUP BY pid),
+        threads AS (SELECT pid, count(*) AS threads FROM threads GROUP BY pid)
+        SELECT p.pid, n.name, COALESCE(t.threads, 0), COALESCE(p.nvtx, 0),
+               COALESCE(p.runtime, 0), COALESCE(p.kernels, 0)
+        FROM per_pid p LEFT JOIN names n USING (pid) LEFT JOIN threads t USING (pid)
+        ORDER BY p.pid
+        """
+    ).fetchall()
+    keys = ("pid", "name", "threads", "nvtx_events", "runtime_calls", "kernels")
+    return [dict(zip(keys, (int(r[0]), r[1], *map(int, r[2:])), strict=True)) for r in rows]
+
+
+def _capabilities(con: duckdb.DuckDBPyConnection, s: TraceSummary) -> dict[str, Capability]:
+    ranges = s.nvtx_kinds.get("push_pop", 0) + s.nvtx_kinds.get("start_end", 0)
+    api = int(con.execute("SELECT count(*) FROM runtime WHERE event_class IN (0, 1)").fetchone()[0])
+    gpu_ops = s.row_counts["kernels"] + s.row_counts["memcpy"] + s.row_counts["memset"]
+    bandwidth = int(
+        con.execute("SELECT count(*) FROM gpus WHERE memory_bandwidth > 0").fetchone()[0]
+    )
+    specnsys_ranges, specnsys_marks, specnsys_domain = con.execute(
+        """SELECT count(*) FILTER (WHERE kind IN ('push_pop', 'start_end') AND domain = 'specnsys'),
+                  count(*) FILTER (WHERE kind = 'mark' AND domain = 'specnsys'
+                                   AND text IN ('proposed', 'accepted')),
+                  count(*) FILTER (WHERE kind = 'domain_create' AND text = 'specnsys')
+           FROM nvtx"""
+    ).fetchone()
+
+    def cap(ok: bool, yes: str, no: str) -> Capability:
+        return Capability(bool(ok), yes if ok else no)
+
+    caps = {
+        "nvtx_ranges": cap(ranges > 0, f"{ranges} NVTX ranges", "no NVTX ranges in the export"),
+        "gpu_activity": cap(
+            gpu_ops > 0,
+            f"{gpu_ops} kernels/memcpy/memset",
+            "no GPU activity (captured without -t cuda, or a CPU-only run)",
+        ),
+        "cuda_api": cap(api > 0, f"{api} CUDA API calls", "no CUDA runtime/driver API calls"),
+        "phase_attribution": cap(
+            ranges > 0 and api > 0 and gpu_ops > 0,
+            "NVTX ranges, CUDA API calls and GPU work can be joined",
+            "needs NVTX ranges, CUDA API calls and GPU work together",
+        ),
+        "cpu_phase_timeline": cap(
+            ranges > 0, "NVTX ranges give a CPU timeline", "no NVTX ranges in the export"
+        ),
+        "specnsys_phases": cap(
+            specnsys_ranges > 0,
+            f"{specnsys_ranges} ranges in the specnsys domain",
+            "the specnsys NVTX domain was created but none of its ranges were recorded "
+            "(nsys 2022.4 and older drop ranges from the nvtx package >= 0.2.12)"
+            if specnsys_domain
+            else "no ranges in the specnsys NVTX domain (use --rules to map other names)",
+        ),
+        "acceptance_marks": cap(
+            specnsys_marks > 0,
+            f"{specnsys_marks} proposed/accepted marks",
+            "no specnsys proposed/accepted marks",
+        ),
+        "gpu_metrics": cap(
+            s.row_counts["gpu_metrics"] > 0,
+            f"{s.row_counts['gpu_metrics']} GPU metric samples",
+            "no GPU_METRICS rows (capture with --gpu-metrics-devices)",
+        ),
+        "gpu_bandwidth_spec": cap(
+            bandwidth > 0,
+            "TARGET_INFO_GPU records memory bandwidth",
+            "no GPU memory bandwidth recorded (TARGET_INFO_GPU absent or without it)",
+        ),
+    }
+    return caps

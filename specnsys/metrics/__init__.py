@@ -1,0 +1,1 @@
+"""p, r, Amdahl, acceptance, sampler share, bandwidth, compare (not built yet)."""

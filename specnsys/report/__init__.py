@@ -1,0 +1,1 @@
+"""Pure renderers of computed results: text tables, JSON, plots, HTML."""
