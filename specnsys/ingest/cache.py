@@ -51,6 +51,7 @@ class CacheKey:
     path: str
     size: int
     mtime_ns: int
+    fingerprint: str
     schema_version: str | None
     product_version: str | None
 

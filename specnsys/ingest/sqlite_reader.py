@@ -247,7 +247,23 @@ def _restore_columns(raw: pa.Table, columns: Sequence[RawColumn], with_rowid: bo
     return pa.table(arrays, names=names)
 
 
-def file_identity(path: Path) -> tuple[int, int]:
-    """(size, mtime in ns) of *path*: what the cache key says about the file's content."""
+FINGERPRINT_BYTES = 1 << 16
+
+
+def file_identity(path: Path) -> tuple[int, int, str]:
+    """(size, mtime in ns, digest of the first and last 64 KiB) of *path*.
+
+    Size and mtime catch ordinary rewrites; the digest (which covers SQLite's header, with its
+    change counter, and the last pages written) catches a rewrite that kept both, at the cost
+    of two small reads instead of hashing a multi-GB file.
+    """
+    import hashlib
+
     st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
+    digest = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as handle:
+        digest.update(handle.read(FINGERPRINT_BYTES))
+        if st.st_size > FINGERPRINT_BYTES:
+            handle.seek(max(FINGERPRINT_BYTES, st.st_size - FINGERPRINT_BYTES))
+            digest.update(handle.read(FINGERPRINT_BYTES))
+    return st.st_size, st.st_mtime_ns, digest.hexdigest()

@@ -68,8 +68,11 @@ def summarize(
 ) -> TraceSummary:
     """Summarize a trace whose model tables are visible in *con* under their model names."""
     counts = {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in model_tables}
+    # NVTX domain/category/thread-name rows are definitions, not events: they stay out.
     bounds = " UNION ALL ".join(
-        f'SELECT min(start) AS lo, max(COALESCE("end", start)) AS hi FROM {t}' for t in SPAN_TABLES
+        f'SELECT min(start) AS lo, max(COALESCE("end", start)) AS hi FROM {t}'
+        + (" WHERE kind IN ('push_pop', 'start_end', 'mark')" if t == "nvtx" else "")
+        for t in SPAN_TABLES
     )
     lo, hi = con.execute(f"SELECT min(lo), max(hi) FROM ({bounds})").fetchone()
     kinds = dict(con.execute("SELECT kind, count(*) FROM nvtx GROUP BY kind ORDER BY kind").fetchall())

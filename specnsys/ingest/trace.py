@@ -113,9 +113,9 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
     with SqliteExport(sqlite_path) as export:
         require_nsys_tables(export)
         version = detect_version(export)
-        size, mtime_ns = file_identity(sqlite_path)
+        size, mtime_ns, fingerprint = file_identity(sqlite_path)
         key = cache.CacheKey(
-            str(sqlite_path.resolve()), size, mtime_ns, version.schema_version,
+            str(sqlite_path.resolve()), size, mtime_ns, fingerprint, version.schema_version,
             version.product_version,
         )
         use_cache = use_cache and not cache.cache_disabled()

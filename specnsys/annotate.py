@@ -1,0 +1,509 @@
+"""NVTX annotation API for speculative-decoding loops (DESIGN.md section 3).
+
+Users wrap the phases of their own generation loop in ranges of the fixed phase vocabulary,
+in the NVTX domain ``specnsys``, so that ``specnsys`` can attribute every nanosecond of an
+Nsight Systems trace to a phase::
+
+    from specnsys import annotate as sa
+
+    with sa.request(request_id=7):
+        with sa.phase("prefill"):
+            ...
+        while not done:
+            with sa.phase("decode"):
+                with sa.phase("draft"):
+                    ...
+                with sa.phase("verify"):
+                    ...
+                sa.mark_acceptance(proposed=4, accepted=2)
+
+Existing code can be annotated without editing it (``patch_module``), and phases can
+decorate functions (``@sa.phase("sample")``).
+
+Cost model. NVTX calls only reach a collector when one was injected at process start: Nsight
+tools set ``NVTX_INJECTION64_PATH`` in the environment of the program they launch, and the
+NVTX library loads that collector on the first call. When the variable is absent no collector
+can ever attach to this process, so every call here becomes a Python no-op (no C call, no
+attribute objects). ``SPECNSYS_NVTX=1`` forces the real calls (for example to exercise them
+in tests), ``SPECNSYS_NVTX=0`` or nvtx's own ``NVTX_DISABLE`` forces the no-op path.
+``bench/annotate_overhead.py`` measures both paths.
+
+This module imports only the standard library and ``nvtx`` (it is loaded inside users'
+inference processes, which must not pay for the analysis stack). It targets the ``nvtx``
+0.2.11 API (``Domain.get_event_attributes`` + ``nvtx._lib`` push/pop on the domain handle),
+because the Debian ``nsys`` 2022.4 drops ranges emitted by newer ``nvtx`` releases; domains
+of newer releases that expose ``push_range``/``pop_range`` methods are used through those.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import nvtx
+
+__all__ = [
+    "DOMAIN",
+    "MARKS",
+    "PHASES",
+    "Patch",
+    "RequestHandle",
+    "enabled",
+    "end_request",
+    "mark_acceptance",
+    "mark_value",
+    "patch_attr",
+    "patch_module",
+    "phase",
+    "request",
+    "set_enabled",
+    "start_request",
+]
+
+DOMAIN = "specnsys"
+"""NVTX domain every range and mark of this module is emitted in."""
+
+PHASES: tuple[str, ...] = (
+    "request",
+    "prefill",
+    "draft_prefill",
+    "decode",
+    "forward",
+    "draft",
+    "verify",
+    "sample",
+    "kv",
+    "sync",
+    "schedule",
+)
+"""The phase vocabulary of DESIGN.md section 3, in nesting order (outermost first)."""
+
+MARKS: tuple[str, ...] = ("proposed", "accepted")
+"""Mark messages used for acceptance statistics (one pair per sequence per step)."""
+
+# ARGB colors so the phases are told apart at a glance in the Nsight Systems timeline.
+_COLORS: dict[str, int] = {
+    "request": 0xFF7F7F7F,
+    "prefill": 0xFF1F77B4,
+    "draft_prefill": 0xFF9EDAE5,
+    "decode": 0xFFC7C7C7,
+    "forward": 0xFF2CA02C,
+    "draft": 0xFF98DF8A,
+    "verify": 0xFFD62728,
+    "sample": 0xFFFF7F0E,
+    "kv": 0xFF9467BD,
+    "sync": 0xFF8C564B,
+    "schedule": 0xFFE377C2,
+}
+_CUSTOM_COLOR = 0xFFBCBD22
+_MARK_COLOR = 0xFF17BECF
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _env_enabled() -> bool:
+    """Decide once whether NVTX calls can reach a collector (see module docstring)."""
+    forced = os.environ.get("SPECNSYS_NVTX", "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return True
+    if forced in ("0", "false", "no", "off") or os.environ.get("NVTX_DISABLE"):
+        return False
+    return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH"))
+
+
+class _Backend:
+    """The real NVTX calls for domain ``specnsys``, bridging nvtx API generations."""
+
+    def __init__(self) -> None:
+        self.domain = nvtx.get_domain(DOMAIN)
+        if hasattr(self.domain, "push_range"):  # newer nvtx: methods on the domain
+            d = self.domain
+            self.push = d.push_range
+            self.pop = d.pop_range
+            self.start = d.start_range
+            self.end = d.end_range
+            self.mark = d.mark
+        else:  # nvtx <= 0.2.11: module functions taking the domain handle
+            from nvtx import _lib
+
+            # Default-argument closures: one Python frame per call, no global lookups.
+            handle = self.domain.handle
+            self.push = lambda a, _f=_lib.push_range, _h=handle: _f(a, _h)
+            self.pop = functools.partial(_lib.pop_range, handle)
+            self.start = lambda a, _f=_lib.start_range, _h=handle: _f(a, _h)
+            self.end = _lib.end_range
+            self.mark = lambda a, _f=_lib.mark, _h=handle: _f(a, _h)
+        self._event_attributes = getattr(nvtx, "EventAttributes", None)
+        if self._event_attributes is None:
+            from nvtx import _lib
+
+            self._event_attributes = _lib.EventAttributes
+
+    def attributes(self, message: str, color: int, payload: int | None = None) -> Any:
+        """Event attributes with a registered message string.
+
+        Built directly rather than through ``Domain.get_event_attributes``, whose lru_cache
+        would keep one object per distinct payload (request ids, byte counts) forever.
+        """
+        registered = self.domain.get_registered_string(message)
+        return self._event_attributes(registered, color, None, payload)
+
+
+_lock = threading.Lock()
+_backend: _Backend | None = None
+_enabled: bool = _env_enabled()
+
+
+def _get_backend() -> _Backend:
+    global _backend
+    if _backend is None:
+        with _lock:
+            if _backend is None:
+                _backend = _Backend()
+    return _backend
+
+
+def enabled() -> bool:
+    """Whether annotations emit real NVTX events (False: all calls are Python no-ops)."""
+    return _enabled
+
+
+def set_enabled(flag: bool) -> None:
+    """Switch between real NVTX calls and the no-op path.
+
+    Affects phases looked up, requests started and patches made after the call; functions
+    already decorated with ``@phase(...)`` keep the mode they were decorated in (the no-op
+    decorator returns the function itself, which is what makes it free). Meant for tests and
+    for programs that attach a collector by means the environment check cannot see.
+    """
+    global _enabled
+    with _lock:
+        _enabled = bool(flag)
+        _phase_cache.clear()
+        _custom_cache.clear()
+
+
+class _Phase:
+    """A reusable NVTX push/pop range; stateless, so one instance serves every thread.
+
+    NVTX keeps the push/pop stack per thread, so nesting and concurrent use of the same
+    instance are both safe.
+    """
+
+    __slots__ = ("name", "_attributes", "_push", "_pop")
+
+    def __init__(self, name: str, color: int) -> None:
+        backend = _get_backend()
+        self.name = name
+        self._attributes = backend.attributes(name, color)
+        self._push = backend.push
+        self._pop = backend.pop
+
+    def __enter__(self) -> _Phase:
+        self._push(self._attributes)
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self._pop()
+        return False
+
+    def __call__(self, func: F) -> F:
+        push, pop, attributes = self._push, self._pop, self._attributes
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            push(attributes)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                pop()
+
+        return wrapper  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"phase({self.name!r})"
+
+
+class _NoopPhase:
+    """The phase used when no collector can attach: enter/exit do nothing."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str, color: int) -> None:
+        self.name = name
+
+    def __enter__(self) -> _NoopPhase:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+    def __call__(self, func: F) -> F:
+        return func
+
+    def __repr__(self) -> str:
+        return f"phase({self.name!r}, noop)"
+
+
+_phase_cache: dict[str, _Phase | _NoopPhase] = {}
+_custom_cache: dict[str, _Phase | _NoopPhase] = {}
+
+
+def phase(name: str, *, allow_custom: bool = False) -> _Phase | _NoopPhase:
+    """Return the NVTX push/pop range for ``name``, usable as context manager or decorator.
+
+    ``name`` must be one of ``PHASES`` so traces stay analyzable without name-mapping rules;
+    pass ``allow_custom=True`` to emit another name in the same domain (map it onto a phase
+    with a name rule at analysis time). The returned object is cached per name, so
+    ``with phase("decode"):`` in a hot loop costs a dict lookup plus the push/pop.
+
+    Raises ValueError for a name outside the vocabulary unless ``allow_custom`` is set.
+    """
+    try:
+        return _phase_cache[name]
+    except KeyError:
+        pass
+    if name not in PHASES:
+        if not allow_custom:
+            raise ValueError(
+                f"unknown phase {name!r}; expected one of {', '.join(PHASES)} "
+                "(pass allow_custom=True for a user-defined range name)"
+            )
+        if not isinstance(name, str) or not name:
+            raise ValueError("a custom phase name must be a non-empty string")
+        cached = _custom_cache.get(name)
+        if cached is None:
+            cls = _Phase if _enabled else _NoopPhase
+            cached = _custom_cache.setdefault(name, cls(name, _CUSTOM_COLOR))
+        return cached
+    cls = _Phase if _enabled else _NoopPhase
+    return _phase_cache.setdefault(name, cls(name, _COLORS[name]))
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class RequestHandle:
+    """An open ``request`` range; pass it to ``end_request`` (from any thread)."""
+
+    __slots__ = ("request_id", "_range_id", "_open")
+
+    def __init__(self, request_id: int, range_id: Any) -> None:
+        self.request_id = request_id
+        self._range_id = range_id
+        self._open = True
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def __repr__(self) -> str:
+        state = "open" if self._open else "ended"
+        return f"RequestHandle(request_id={self.request_id}, {state})"
+
+
+def start_request(request_id: int) -> RequestHandle:
+    """Open a ``request`` start/end range whose payload is ``request_id`` (an int64).
+
+    Start/end ranges (not push/pop) because requests overlap each other under batching and
+    may be finished by another thread than the one that admitted them.
+    """
+    rid = operator.index(request_id)
+    if not _enabled:
+        return RequestHandle(rid, None)
+    backend = _get_backend()
+    range_id = backend.start(backend.attributes("request", _COLORS["request"], rid))
+    return RequestHandle(rid, range_id)
+
+
+def end_request(handle: RequestHandle) -> None:
+    """Close a range opened by ``start_request``; ending it twice raises ValueError."""
+    if not handle._open:
+        raise ValueError(f"request {handle.request_id} was already ended")
+    handle._open = False
+    if handle._range_id is not None:
+        _get_backend().end(handle._range_id)
+        handle._range_id = None
+
+
+@contextmanager
+def request(request_id: int) -> Iterator[RequestHandle]:
+    """``with request(request_id=3):`` -- a ``request`` range around the block."""
+    handle = start_request(request_id)
+    try:
+        yield handle
+    finally:
+        end_request(handle)
+
+
+# --------------------------------------------------------------------------- marks
+
+
+_mark_cache: dict[tuple[str, int], Any] = {}
+_MARK_CACHE_MAX_VALUE = 1024
+
+
+def _emit_mark(message: str, value: int) -> None:
+    """Emit a mark; attributes of small payloads (acceptance counts) are reused."""
+    backend = _get_backend()
+    if 0 <= value < _MARK_CACHE_MAX_VALUE:
+        key = (message, value)
+        attributes = _mark_cache.get(key)
+        if attributes is None:
+            attributes = _mark_cache.setdefault(
+                key, backend.attributes(message, _MARK_COLOR, value)
+            )
+    else:
+        attributes = backend.attributes(message, _MARK_COLOR, value)
+    backend.mark(attributes)
+
+
+def mark_acceptance(proposed: int, accepted: int) -> None:
+    """Emit the ``proposed``/``accepted`` mark pair for one sequence in one step.
+
+    ``proposed`` is k (drafts offered), ``accepted`` the accepted draft tokens 0..k, not
+    counting the bonus/correction token. Acceptance statistics then come from the same trace
+    as the timings. Raises ValueError when ``accepted`` is outside 0..proposed.
+    """
+    k = operator.index(proposed)
+    n = operator.index(accepted)
+    if k < 0 or not 0 <= n <= k:
+        raise ValueError(f"need 0 <= accepted <= proposed, got proposed={k}, accepted={n}")
+    if not _enabled:
+        return
+    _emit_mark("proposed", k)
+    _emit_mark("accepted", n)
+
+
+def mark_value(name: str, value: int) -> None:
+    """Emit a mark ``name`` with an integer payload, for facts the analysis needs.
+
+    Examples: ``target_bytes`` (bytes read by one target forward, for bandwidth estimates),
+    ``output_tokens``. Integers only: the payload is stored as int64 in the trace.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("mark name must be a non-empty string")
+    v = operator.index(value)
+    if not _enabled:
+        return
+    _emit_mark(name, v)
+
+
+# --------------------------------------------------------------------------- patching
+
+
+class Patch:
+    """Undo handle for ``patch_module``/``patch_attr``; also a context manager.
+
+    ``undo()`` restores every attribute exactly as it was: an attribute that lived on the
+    object itself is put back, one that was found through the class (a method of an
+    instance) is deleted again so the class attribute shows through.
+    """
+
+    def __init__(self) -> None:
+        self._restore: list[tuple[Any, str, bool, Any]] = []
+
+    def _add(self, obj: Any, attr: str, had_own: bool, original: Any) -> None:
+        self._restore.append((obj, attr, had_own, original))
+
+    @property
+    def active(self) -> bool:
+        return bool(self._restore)
+
+    def undo(self) -> None:
+        """Restore the original attributes (last patched first); a second call does nothing."""
+        while self._restore:
+            obj, attr, had_own, original = self._restore.pop()
+            if had_own:
+                setattr(obj, attr, original)
+            else:
+                delattr(obj, attr)
+
+    def __enter__(self) -> Patch:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self.undo()
+        return False
+
+
+def _own_attribute(obj: Any, attr: str) -> tuple[bool, Any]:
+    """Whether ``attr`` is stored on ``obj`` itself, and the raw stored value."""
+    try:
+        own = vars(obj)
+    except TypeError:
+        return False, None
+    if attr in own:
+        return True, own[attr]
+    return False, None
+
+
+def _wrap(func: Callable[..., Any], ph: _Phase | _NoopPhase) -> Callable[..., Any]:
+    """Always a real wrapper (even on the no-op path) so a patch is visible and undoable."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with ph:
+            return func(*args, **kwargs)
+
+    wrapper.__specnsys_phase__ = ph.name  # type: ignore[attr-defined]
+    return wrapper
+
+
+def patch_attr(
+    obj: Any, attr: str, phase_name: str, *, allow_custom: bool = False, patch: Patch | None = None
+) -> Patch:
+    """Wrap the callable ``obj.attr`` in the range ``phase_name``, without editing its source.
+
+    ``obj`` may be a module (``patch_attr(torch, "multinomial", "sample")``), a class (every
+    instance is affected, static and class methods keep their kind) or an instance (only that
+    object is affected -- e.g. the target model of a loop whose draft model shares its class).
+    Returns a ``Patch`` whose ``undo()`` restores the original; pass ``patch`` to collect
+    several attributes into one handle.
+    """
+    ph = phase(phase_name, allow_custom=allow_custom)
+    handle = patch if patch is not None else Patch()
+    had_own, raw = _own_attribute(obj, attr)
+    if inspect.isclass(obj) and isinstance(raw, (staticmethod, classmethod)):
+        replacement: Any = type(raw)(_wrap(raw.__func__, ph))
+    else:
+        current = getattr(obj, attr)  # bound method for an instance, function otherwise
+        if not callable(current):
+            raise TypeError(f"{type(obj).__name__}.{attr} is not callable")
+        replacement = _wrap(current, ph)
+    setattr(obj, attr, replacement)
+    handle._add(obj, attr, had_own, raw)
+    return handle
+
+
+def patch_module(obj: Any, mapping: Mapping[str, str], *, allow_custom: bool = False) -> Patch:
+    """Wrap several callables of ``obj`` at once: ``mapping`` is attribute name -> phase.
+
+    Example -- annotate an existing loop from the outside::
+
+        with patch_module(target_model, {"forward": "verify"}), \\
+             patch_module(sampler_module, {"sample": "sample"}):
+            run_existing_generation_script()
+
+    For ``torch.nn.Module`` instances patching ``forward`` works because ``Module.__call__``
+    looks ``forward`` up on the instance. All names are validated before anything is
+    changed, so a bad mapping leaves ``obj`` untouched.
+    """
+    for attr, phase_name in mapping.items():
+        phase(phase_name, allow_custom=allow_custom)
+        if not callable(getattr(obj, attr)):
+            raise TypeError(f"{type(obj).__name__}.{attr} is not callable")
+    handle = Patch()
+    try:
+        for attr, phase_name in mapping.items():
+            patch_attr(obj, attr, phase_name, allow_custom=allow_custom, patch=handle)
+    except BaseException:
+        handle.undo()
+        raise
+    return handle

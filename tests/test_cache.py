@@ -1,0 +1,92 @@
+"""The columnar cache: reused when valid, never stale, optional when it cannot be written."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+import specnsys
+from specnsys.ingest.cache import SpecnsysWarning
+from specnsys.testing import NsysExportBuilder
+
+
+def _export(path: Path, kernels: int) -> Path:
+    b = NsysExportBuilder()
+    b.thread(1, 1, "main")
+    for i in range(kernels):
+        b.runtime(i * 10, i * 10 + 2, "cudaLaunchKernel_v7000", i)
+        b.kernel(i * 10 + 3, i * 10 + 9, "k", i)
+    return b.write(path)
+
+
+def test_second_open_reads_the_cache(tmp_path: Path, isolated_cache: Path) -> None:
+    path = _export(tmp_path / "a.sqlite", 10)
+    with specnsys.open(path) as cold:
+        assert not cold.from_cache and cold.cache_folder is not None
+        assert cold.cache_folder.parent == isolated_cache
+    with specnsys.open(path) as warm:
+        assert warm.from_cache
+        assert warm.sql("SELECT count(*) FROM kernels").fetchall() == [(10,)]
+        assert warm.summary.row_counts["kernels"] == 10
+
+
+def test_changed_export_never_reuses_a_stale_entry(tmp_path: Path) -> None:
+    path = _export(tmp_path / "a.sqlite", 10)
+    with specnsys.open(path) as t:
+        assert t.summary.row_counts["kernels"] == 10
+    mtime = path.stat().st_mtime_ns
+    _export(path, 25)
+    os.utime(path, ns=(mtime, mtime))  # same mtime: the size still tells them apart
+    with specnsys.open(path) as t:
+        assert not t.from_cache and t.summary.row_counts["kernels"] == 25
+    _export(path, 24)  # nearly the same size, new mtime
+    with specnsys.open(path) as t:
+        assert not t.from_cache and t.summary.row_counts["kernels"] == 24
+
+
+def test_unwritable_cache_degrades_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() == 0:
+        target = Path("/proc/specnsys-cache")  # not creatable even by root
+    else:
+        target = tmp_path / "ro"
+        target.mkdir()
+        target.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    monkeypatch.setenv("SPECNSYS_CACHE_DIR", str(target / "sub"))
+    path = _export(tmp_path / "a.sqlite", 5)
+    with pytest.warns(SpecnsysWarning, match="working without a cache"), specnsys.open(path) as t:
+        assert t.cache_folder is None
+        assert t.sql("SELECT count(*) FROM kernels").fetchall() == [(5,)]
+        assert t.table("kernels").collect().height == 5
+
+
+def test_no_cache_flag_reads_from_memory(tmp_path: Path, isolated_cache: Path) -> None:
+    path = _export(tmp_path / "a.sqlite", 5)
+    with specnsys.open(path, use_cache=False) as t:
+        assert t.cache_folder is None and t.summary.row_counts["kernels"] == 5
+    assert list(isolated_cache.iterdir()) == []
+
+
+def test_concurrent_opens_of_one_trace_both_succeed(tmp_path: Path) -> None:
+    path = _export(tmp_path / "a.sqlite", 300)
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with specnsys.open(path) as t:
+                results.append(t.sql("SELECT count(*) FROM kernels").fetchall()[0][0])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and results == [300, 300, 300]

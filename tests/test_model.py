@@ -1,0 +1,203 @@
+"""The normalized model on small exports built in the test, with hand-checked answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import specnsys
+from specnsys.ingest.model import MODEL_TABLES, to_arrow
+from specnsys.testing import NsysExportBuilder, global_pid, global_tid
+
+
+def _spec_trace(tmp_path: Path, **builder_kw: object) -> Path:
+    b = NsysExportBuilder(**builder_kw)  # type: ignore[arg-type]
+    b.process(4242, "python3")
+    b.thread(4242, 4242, "python3")
+    b.thread(4242, 4250, "pt_worker")
+    b.domain(1, "specnsys", pid=4242, tid=4242)
+    b.category(1, 1, "decode-loop", pid=4242, tid=4242)
+    # decode [100, 1000] > draft [110, 400] > (zero-length kv at 200) ; verify [400, 900]
+    b.push_pop(100, 1000, "decode", pid=4242, tid=4242, domain_id=1, category=1)
+    b.push_pop(110, 400, "draft", pid=4242, tid=4242, domain_id=1)
+    b.push_pop(200, 200, "kv", pid=4242, tid=4242, domain_id=1)
+    b.push_pop(400, 900, "verify", pid=4242, tid=4242, domain_id=1)  # back-to-back sibling
+    b.push_pop(450, 800, "sample", pid=4242, tid=4242, domain_id=1, registered=False)
+    b.push_pop(1200, None, "decode", pid=4242, tid=4242, domain_id=1)  # never closed
+    b.push_pop(50, 60, "other-domain", pid=4242, tid=4242)  # default domain, own stack
+    b.start_end(90, 1500, "request", pid=4242, tid=4242, domain_id=1, end_tid=4250,
+                payload_int=7)
+    b.mark(950, "accepted", pid=4242, tid=4242, domain_id=1, payload_int=3)
+    b.mark(951, "alpha", pid=4242, tid=4242, domain_id=1, payload_float=0.75)
+    b.runtime(120, 130, "cudaLaunchKernel_v7000", 11, pid=4242, tid=4242)
+    b.runtime(120, 130, "cudaLaunchKernel", 11, pid=4242, tid=4242, event_class=67)
+    b.runtime(410, 420, "cudaGetDeviceProperties_v2_v12000", 12, pid=4242, tid=4242)
+    b.kernel(150, 390, "draft_gemm", 11, pid=4242, grid=(4, 2, 1), demangled="void draft_gemm<float>(float*)")
+    b.memcpy(500, 520, 4096, 12, pid=4242, copy_kind=2, src_kind=2, dst_kind=0)
+    b.memset(530, 540, 1024, 12, pid=4242)
+    b.sync(600, 700, 12, pid=4242)
+    b.gpu(0)
+    b.gpu_metric(1000, 0, 5, "DRAM Read Bandwidth [Throughput %]", 42)
+    return b.write(tmp_path / "spec.sqlite")
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> specnsys.Trace:
+    with specnsys.open(_spec_trace(tmp_path)) as t:
+        yield t
+
+
+def _rows(trace: specnsys.Trace, sql: str) -> list[tuple]:
+    return trace.sql(sql).fetchall()
+
+
+def test_ids_are_decoded_from_nsys_global_ids(trace: specnsys.Trace) -> None:
+    assert _rows(trace, "SELECT pid, tid, global_tid, name FROM threads ORDER BY tid") == [
+        (4242, 4242, global_tid(4242, 4242), "python3"),
+        (4242, 4250, global_tid(4242, 4250), "pt_worker"),
+    ]
+    assert _rows(trace, "SELECT DISTINCT pid, global_pid FROM kernels") == [
+        (4242, global_pid(4242))
+    ]
+    assert _rows(trace, "SELECT pid, name FROM processes") == [(4242, "python3")]
+
+
+def test_nvtx_text_domain_category_and_payloads(trace: specnsys.Trace) -> None:
+    rows = dict(
+        (r[0], r[1:])
+        for r in _rows(
+            trace,
+            "SELECT text, kind, domain, category, payload_int, payload_float, end_tid "
+            "FROM nvtx WHERE kind IN ('start_end', 'mark')",
+        )
+    )
+    assert rows["request"] == ("start_end", "specnsys", None, 7, None, 4250)
+    assert rows["accepted"] == ("mark", "specnsys", None, 3, None, None)
+    assert rows["alpha"] == ("mark", "specnsys", None, None, 0.75, None)
+    decode = _rows(trace, "SELECT domain, category FROM nvtx WHERE text = 'decode' AND \"end\" = 1000")
+    assert decode == [("specnsys", "decode-loop")]
+    # inline (unregistered) text resolves like registered text
+    assert _rows(trace, "SELECT count(*) FROM nvtx WHERE text = 'sample'") == [(1,)]
+    # the default domain has no name
+    assert _rows(trace, "SELECT domain_id, domain FROM nvtx WHERE text = 'other-domain'") == [(0, None)]
+
+
+def test_nvtx_kinds_cover_every_row(trace: specnsys.Trace) -> None:
+    kinds = dict(_rows(trace, "SELECT kind, count(*) FROM nvtx GROUP BY kind"))
+    assert kinds == {
+        "domain_create": 1, "category": 1, "push_pop": 7, "start_end": 1, "mark": 2,
+    }
+
+
+def test_push_pop_depth_and_parent(trace: specnsys.Trace) -> None:
+    got = {
+        (text, start): (depth, parent_text)
+        for text, start, depth, parent_text in _rows(
+            trace,
+            "SELECT c.text, c.start, c.depth, p.text FROM nvtx c "
+            "LEFT JOIN nvtx p ON p.id = c.parent WHERE c.kind = 'push_pop'",
+        )
+    }
+    assert got == {
+        ("decode", 100): (0, None),
+        ("draft", 110): (1, "decode"),
+        ("kv", 200): (2, "draft"),
+        ("verify", 400): (1, "decode"),  # starts where draft ends: a sibling, not a child
+        ("sample", 450): (2, "verify"),
+        ("decode", 1200): (0, None),  # unclosed: end stays NULL, depth still known
+        ("other-domain", 50): (0, None),
+    }
+    assert _rows(trace, "SELECT \"end\", duration FROM nvtx WHERE start = 1200") == [(None, None)]
+
+
+def test_runtime_names_and_backtrace_rows(trace: specnsys.Trace) -> None:
+    rows = _rows(
+        trace,
+        "SELECT name, raw_name, event_class, is_backtrace FROM runtime ORDER BY start, event_class",
+    )
+    assert rows == [
+        ("cudaLaunchKernel", "cudaLaunchKernel_v7000", 0, False),
+        ("cudaLaunchKernel", "cudaLaunchKernel", 67, True),
+        ("cudaGetDeviceProperties", "cudaGetDeviceProperties_v2_v12000", 0, False),
+    ]
+
+
+def test_gpu_activity_tables(trace: specnsys.Trace) -> None:
+    assert _rows(
+        trace,
+        "SELECT short_name, demangled_name, duration, grid_x, grid_y, block_x, correlation_id, "
+        "stream_id FROM kernels",
+    ) == [("draft_gemm", "void draft_gemm<float>(float*)", 240, 4, 2, 128, 11, 7)]
+    assert _rows(trace, "SELECT bytes, copy_kind, copy_kind_name, src_kind, dst_kind FROM memcpy") == [
+        (4096, 2, "DtoH", "device", "pageable")
+    ]
+    assert _rows(trace, "SELECT bytes, mem_kind FROM memset") == [(1024, "device")]
+    assert _rows(trace, "SELECT duration, sync_type, correlation_id FROM sync") == [(100, 3, 12)]
+    assert _rows(trace, "SELECT device_id, metric_name, value FROM gpu_metrics") == [
+        (0, "DRAM Read Bandwidth [Throughput %]", 42)
+    ]
+    assert _rows(trace, "SELECT device_id, name, sm_count, memory_bandwidth FROM gpus") == [
+        (0, "NVIDIA H200", 132, 4_800_000_000_000)
+    ]
+
+
+def test_sql_and_polars_read_the_same_data(trace: specnsys.Trace) -> None:
+    for name in MODEL_TABLES:
+        via_sql = pl.from_arrow(to_arrow(trace.sql(f"SELECT * FROM {name}")))
+        via_polars = trace.table(name).collect()
+        assert via_sql.equals(via_polars), name
+
+
+def test_summary_and_capabilities(trace: specnsys.Trace) -> None:
+    s = trace.summary
+    assert s.version.product_version == "2026.2.1.210"
+    assert s.version.schema_version == "3.25.0"
+    assert s.span_start_ns == 50 and s.span_end_ns == 1500
+    caps = {k: c.available for k, c in s.capabilities.items()}
+    assert caps["phase_attribution"] and caps["specnsys_phases"] and caps["gpu_metrics"]
+    assert caps["acceptance_marks"] and caps["gpu_bandwidth_spec"]
+    assert s.processes == [
+        {"pid": 4242, "name": "python3", "threads": 2, "nvtx_events": 12,
+         "runtime_calls": 3, "kernels": 1}
+    ]
+
+
+def test_missing_tables_give_typed_empty_tables(tmp_path: Path) -> None:
+    b = NsysExportBuilder()
+    b.thread(7, 7, "main")
+    b.push_pop(0, 10, "only-nvtx", pid=7, tid=7)
+    with specnsys.open(b.write(tmp_path / "nvtx_only.sqlite")) as t:
+        assert t.summary.row_counts["kernels"] == 0
+        schema = dict(t.table("kernels").collect_schema())
+        assert schema["start"] == pl.Int64 and schema["short_name"] == pl.String
+        assert not t.summary.capabilities["gpu_activity"].available
+        assert "no GPU activity" in t.summary.capabilities["gpu_activity"].reason
+
+
+def test_legacy_layout_without_metadata(tmp_path: Path) -> None:
+    b = NsysExportBuilder(legacy=True)
+    b.thread(3, 3, "main")
+    b.gpu(1, "Quadro RTX 8000")
+    b.runtime(0, 5, "cudaMalloc_v3020", 1, pid=3, tid=3)
+    with specnsys.open(b.write(tmp_path / "old.sqlite")) as t:
+        assert t.summary.version.product_version is None
+        assert "no version recorded" in t.summary.version.label
+        assert t.sql("SELECT device_id, name, memory_bandwidth FROM gpus").fetchall() == [
+            (1, "Quadro RTX 8000", None)
+        ]
+
+
+def test_same_correlation_id_in_two_processes_stays_apart(tmp_path: Path) -> None:
+    b = NsysExportBuilder()
+    for pid in (100, 200):
+        b.thread(pid, pid, "worker")
+        b.runtime(10, 20, "cudaLaunchKernel_v7000", 1, pid=pid, tid=pid)
+        b.kernel(30, 40, f"k{pid}", 1, pid=pid)
+    with specnsys.open(b.write(tmp_path / "two.sqlite")) as t:
+        joined = t.sql(
+            "SELECT k.short_name, r.pid FROM kernels k JOIN runtime r "
+            "ON r.correlation_id = k.correlation_id AND r.pid = k.pid ORDER BY 1"
+        ).fetchall()
+        assert joined == [("k100", 100), ("k200", 200)]
