@@ -58,18 +58,26 @@ def export_report_if_needed(path: Path) -> Path:
     target = folder / f"{path.stem}-{digest}.sqlite"
     if target.is_file():
         return target
-    partial = folder / f".{target.name}.{os.getpid()}.partial.sqlite"
+    export_report_to(nsys, path, target)
+    return target
+
+
+def export_report_to(nsys: str, report: Path, target: Path) -> None:
+    """``nsys export --type sqlite`` of *report* into *target*, written under a temporary name
+    and renamed, so that a failed or concurrent export never leaves a half-written file."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial.sqlite")
     cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
-           "--output", str(partial), str(path)]
+           "--output", str(partial), str(report)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         partial.unlink(missing_ok=True)
-        raise BadInputError(f"{path}: nsys export did not finish in {EXPORT_TIMEOUT_S} s") from None
+        raise BadInputError(
+            f"{report}: nsys export did not finish in {EXPORT_TIMEOUT_S} s"
+        ) from None
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         lines = (done.stderr or done.stdout or "").strip().splitlines()
         detail = lines[-1] if lines else f"exit status {done.returncode}"
-        raise BadInputError(f"{path}: nsys export failed: {detail}")
+        raise BadInputError(f"{report}: nsys export failed: {detail}")
     os.replace(partial, target)
-    return target

@@ -1,0 +1,34 @@
+"""``specnsys profile -o OUT -- COMMAND...``: capture COMMAND with nsys and export SQLite."""
+
+from __future__ import annotations
+
+import argparse
+
+from specnsys.capture import profile
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="run a command under nsys profile and export the trace to SQLite",
+        description="Runs nsys profile with flags that are safe on these machines "
+        "(--sample=none --cpuctxsw=none), finishes the import/export when nsys stops "
+        "half-way, and prints the path of the .sqlite export.",
+    )
+    p.add_argument("-o", "--output", required=True, help="report base name (e.g. runs/spec_k4)")
+    p.add_argument(
+        "-t", "--trace", help="nsys -t value (default: cuda,nvtx,osrt with a GPU, else nvtx,osrt)"
+    )
+    p.add_argument("--timeout", type=float, default=600, help="seconds before giving up")
+    p.add_argument("--nsys-arg", action="append", default=[], help="extra nsys profile argument")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    result = profile(
+        command, args.output, trace=args.trace, timeout_s=args.timeout, extra_args=args.nsys_arg
+    )
+    print(result.sqlite)
+    return 0
