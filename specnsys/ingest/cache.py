@@ -19,9 +19,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-import pyarrow as pa
-
 from specnsys.ingest.model import MODEL_VERSION
 
 MANIFEST = "manifest.json"
@@ -77,42 +74,48 @@ def load_manifest(folder: Path, key: CacheKey) -> dict | None:
     return manifest
 
 
-def store(folder: Path, key: CacheKey, tables: dict[str, pa.Table], summary: dict) -> bool:
-    """Write an entry atomically; False (with a warning) when the cache cannot be written."""
-    tmp: Path | None = None
+def _warn_unusable(root: Path, exc: BaseException) -> None:
+    reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+    warnings.warn(
+        f"cache folder {root} is not usable ({reason}); working without a cache",
+        SpecnsysWarning,
+        stacklevel=4,
+    )
+
+
+def begin(folder: Path) -> Path | None:
+    """A private temporary folder beside *folder* to build an entry in; None (with a warning)
+    when the cache root cannot be written."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
-        con = duckdb.connect()
-        try:
-            for name, table in tables.items():
-                con.register("t", table)
-                target = str(tmp / f"{name}.parquet").replace("'", "''")
-                con.execute(f"COPY t TO '{target}' (FORMAT parquet, COMPRESSION zstd)")
-                con.unregister("t")
-        finally:
-            con.close()
-        manifest = {
-            "key": key.__dict__,
-            "model_version": MODEL_VERSION,
-            "tables": list(tables),
-            "summary": summary,
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if load_manifest(folder, key) is None:  # not a lost race: a real failure
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-        return True
-    except (OSError, duckdb.Error) as exc:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
-        warnings.warn(
-            f"cache folder {folder.parent} is not usable ({reason}); working without a cache",
-            SpecnsysWarning,
-            stacklevel=3,
-        )
-        return False
+        return Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+    except OSError as exc:
+        _warn_unusable(folder.parent, exc)
+        return None
+
+
+def abandon(tmp: Path, exc: BaseException) -> None:
+    """Drop a half-built entry after a write failure (disk full, permissions), with a warning."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    _warn_unusable(tmp.parent, exc)
+
+
+def commit(tmp: Path, folder: Path, key: CacheKey, tables: list[str], summary: dict) -> Path:
+    """Write the manifest and rename the entry into place; returns the folder to read from.
+
+    When another process renamed its entry first, that entry is kept and this one dropped.
+    """
+    manifest = {
+        "key": key.__dict__,
+        "model_version": MODEL_VERSION,
+        "tables": tables,
+        "summary": summary,
+    }
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
+    try:
+        os.rename(tmp, folder)
+    except OSError:
+        if load_manifest(folder, key) is None:  # not a lost race: a real failure
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder

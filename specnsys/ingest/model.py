@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -24,6 +25,9 @@ from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
 
 #: Bump when the model's tables or columns change, so old caches are not reused.
 MODEL_VERSION = 1
+
+#: Cache files favour write speed (a cold open writes them) over size.
+PARQUET_COMPRESSION = "snappy"
 
 MODEL_TABLES = (
     "threads",
@@ -207,18 +211,21 @@ RUNTIME = ModelTable(
         SourceRead(
             "raw_runtime",
             "CUPTI_ACTIVITY_KIND_RUNTIME",
-            tuple(_ints("start", "end", "eventClass", "globalTid", "correlationId", "nameId",
-                        "returnValue")),
+            tuple(_ints("start", "end", "eventClass", "globalTid", "correlationId", "nameId")),
         ),
     ),
-    f"""SELECT r.start, r."end", r."end" - r.start AS duration,
-               regexp_replace(s.value, '(_v[0-9]+)+$', '') AS name, s.value AS raw_name,
+    # The version suffix is stripped once per distinct name, not once per call.
+    f"""WITH names AS (
+            SELECT id, value AS raw_name, regexp_replace(value, '(_v[0-9]+)+$', '') AS name
+            FROM strings WHERE id IN (SELECT DISTINCT nameId FROM raw_runtime)
+        )
+        SELECT r.start, r."end", r."end" - r.start AS duration, s.name, s.raw_name,
                r.correlationId AS correlation_id, r.eventClass AS event_class,
-               r.eventClass = 67 AS is_backtrace, r.returnValue AS return_value,
+               r.eventClass = 67 AS is_backtrace,
                CAST({PID.format(g="r.globalTid")} AS BIGINT) AS pid,
                CAST({TID.format(g="r.globalTid")} AS BIGINT) AS tid,
                r.globalTid AS global_tid
-        FROM raw_runtime r LEFT JOIN strings s ON s.id = r.nameId""",
+        FROM raw_runtime r LEFT JOIN names s ON s.id = r.nameId""",
     "CUPTI_ACTIVITY_KIND_RUNTIME",
 )
 
@@ -230,9 +237,7 @@ KERNELS = ModelTable(
             "CUPTI_ACTIVITY_KIND_KERNEL",
             tuple(_ints("start", "end", "deviceId", "contextId", "streamId", "correlationId",
                         "globalPid", "shortName", "demangledName", "gridX", "gridY", "gridZ",
-                        "blockX", "blockY", "blockZ", "registersPerThread",
-                        "staticSharedMemory", "dynamicSharedMemory", "graphNodeId", "graphId",
-                        "launchType")),
+                        "blockX", "blockY", "blockZ", "graphNodeId", "graphId")),
         ),
     ),
     f"""SELECT k.start, k."end", k."end" - k.start AS duration,
@@ -242,10 +247,7 @@ KERNELS = ModelTable(
                sn.value AS short_name, dn.value AS demangled_name,
                k.gridX AS grid_x, k.gridY AS grid_y, k.gridZ AS grid_z,
                k.blockX AS block_x, k.blockY AS block_y, k.blockZ AS block_z,
-               k.registersPerThread AS registers_per_thread,
-               k.staticSharedMemory AS static_shared_memory,
-               k.dynamicSharedMemory AS dynamic_shared_memory,
-               k.graphNodeId AS graph_node_id, k.graphId AS graph_id, k.launchType AS launch_type
+               k.graphNodeId AS graph_node_id, k.graphId AS graph_id
         FROM raw_kernels k
         LEFT JOIN strings sn ON sn.id = k.shortName
         LEFT JOIN strings dn ON dn.id = k.demangledName""",
@@ -382,28 +384,36 @@ def to_arrow(relation: duckdb.DuckDBPyRelation) -> pa.Table:
     return method()
 
 
-def build_model(export: SqliteExport) -> dict[str, pa.Table]:
-    """Read every source table the model needs and return the model's tables as Arrow."""
-    from concurrent.futures import ThreadPoolExecutor
+def build_model(
+    export: SqliteExport, parquet_folder: Path | None = None
+) -> dict[str, pa.Table] | None:
+    """Read the source tables the model needs and build the model's tables.
 
+    With *parquet_folder*, each table is written there as ``<name>.parquet`` straight from
+    DuckDB (no intermediate Arrow copy) and None is returned; otherwise the tables come back
+    as Arrow. An OSError while writing propagates, so the caller can fall back to memory.
+    """
     reads = [STRINGS, *(src for table in MODEL for src in table.sources)]
-    # Small tables are read concurrently; a large one also splits itself into rowid slices.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        raw = dict(
-            zip(
-                [r.alias for r in reads],
-                pool.map(lambda r: export.read_table(r.table, r.columns, with_rowid=r.with_rowid), reads),
-                strict=True,
-            )
-        )
+    raw = export.read_tables([(r.table, r.columns, r.with_rowid) for r in reads])
     con = duckdb.connect()
     try:
-        for alias, table in raw.items():
-            con.register(alias, table)
+        for read, table in zip(reads, raw, strict=True):
+            con.register(read.alias, table)
         con.execute(
             "CREATE TEMP TABLE strings AS SELECT id, any_value(value) AS value "
             "FROM raw_strings GROUP BY id"
         )
-        return {table.name: to_arrow(con.sql(table.sql(export))) for table in MODEL}
+        if parquet_folder is None:
+            return {table.name: to_arrow(con.sql(table.sql(export))) for table in MODEL}
+        for table in MODEL:
+            target = str(parquet_folder / f"{table.name}.parquet").replace("'", "''")
+            try:
+                con.execute(
+                    f"COPY ({table.sql(export)}) TO '{target}' "
+                    f"(FORMAT parquet, COMPRESSION {PARQUET_COMPRESSION})"
+                )
+            except duckdb.IOException as exc:
+                raise OSError(str(exc).splitlines()[0]) from None
+        return None
     finally:
         con.close()

@@ -30,8 +30,8 @@ SQLITE_HEADER_SIZE = 100
 
 ColumnKind = Literal["int", "real", "text"]
 
-#: Tables above this many rows are read in parallel rowid slices (one per core).
-PARALLEL_READ_MIN_ROWS = 200_000
+#: Rows per rowid slice: small enough to balance two cores, large enough to amortize a query.
+SLICE_ROWS = 250_000
 
 
 @dataclass(frozen=True)
@@ -164,8 +164,39 @@ class SqliteExport:
         """Read *columns* of *table* into Arrow with types fixed by ``RawColumn.kind``.
 
         Columns the table lacks come back as all-NULL columns of the requested type, so callers
-        see one layout whatever the nsys version. Large tables are read as parallel rowid slices.
+        see one layout whatever the nsys version.
         """
+        return self.read_tables([(table, tuple(columns), with_rowid)])[0]
+
+    def read_tables(
+        self, requests: Sequence[tuple[str, Sequence[RawColumn], bool]]
+    ) -> list[pa.Table]:
+        """Read several ``(table, columns, with_rowid)`` requests, in parallel.
+
+        Every table is cut into rowid slices of about ``SLICE_ROWS`` rows and all slices of
+        all tables share one pool with a worker per core, largest tables first, so the cores
+        stay busy whatever the mix of table sizes (reading is the bulk of a cold open).
+        """
+        plans = [self._plan(table, columns, with_rowid) for table, columns, with_rowid in requests]
+        jobs = [(i, sql) for i, plan in enumerate(plans) for sql in plan[1]]
+        jobs.sort(key=lambda job: -plans[job[0]][2])
+        workers = max(1, min(len(jobs), os.cpu_count() or 1))
+        results: dict[tuple[int, str], pa.Table] = {}
+        if jobs:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                done = pool.map(lambda job: self._adbc_read(job[1], plans[job[0]][0]), jobs)
+                results = dict(zip(jobs, done, strict=True))
+        tables = []
+        for i, (schema, slices, _, columns, with_rowid) in enumerate(plans):
+            parts = [results[(i, sql)] for sql in slices]
+            raw = pa.concat_tables(parts) if parts else schema.empty_table()
+            tables.append(_restore_columns(raw, columns, with_rowid))
+        return tables
+
+    def _plan(
+        self, table: str, columns: Sequence[RawColumn], with_rowid: bool
+    ) -> tuple[pa.Schema, list[str], int, Sequence[RawColumn], bool]:
+        """(raw schema, slice queries, estimated rows, columns, with_rowid) for one request."""
         present = set(self.columns(table))
         select: list[str] = []
         schema_fields: list[pa.Field] = []
@@ -186,26 +217,22 @@ class SqliteExport:
                 schema_fields.append(pa.field(col.name + "__isnull", pa.int64()))
             schema_fields.append(pa.field(col.name, _arrow_type(col.kind)))
         schema = pa.schema(schema_fields)
-        if table in self._tables and select:
-            raw = self._read_select(table, ", ".join(select), schema)
-        else:
-            raw = schema.empty_table()
-        return _restore_columns(raw, columns, with_rowid)
-
-    def _read_select(self, table: str, select: str, schema: pa.Schema) -> pa.Table:
-        base = f"SELECT {select} FROM {_quote(table)}"
-        slices = [base]
+        if table not in self._tables or not select:
+            return schema, [], 0, columns, with_rowid
+        base = f"SELECT {', '.join(select)} FROM {_quote(table)}"
         # min/max of the rowid are two B-tree seeks; count(*) would walk the whole table.
-        bounds = self._query(f"SELECT min(rowid), max(rowid) FROM {_quote(table)}")[0]
-        if bounds[0] is not None and int(bounds[1]) - int(bounds[0]) >= PARALLEL_READ_MIN_ROWS:
-            lo, hi = int(bounds[0]), int(bounds[1])
-            mid = lo + (hi - lo) // 2
-            slices = [f"{base} WHERE rowid <= {mid}", f"{base} WHERE rowid > {mid}"]
-        if len(slices) == 1:
-            return self._adbc_read(slices[0], schema)
-        with ThreadPoolExecutor(max_workers=len(slices)) as pool:
-            parts = list(pool.map(lambda sql: self._adbc_read(sql, schema), slices))
-        return pa.concat_tables(parts)
+        lo, hi = self._query(f"SELECT min(rowid), max(rowid) FROM {_quote(table)}")[0]
+        if lo is None:
+            return schema, [base], 0, columns, with_rowid
+        lo, hi = int(lo), int(hi)
+        span = hi - lo + 1
+        n = max(1, min(64, span // SLICE_ROWS))
+        if n == 1:
+            return schema, [base], span, columns, with_rowid
+        edges = [lo + span * k // n for k in range(n + 1)]
+        edges[-1] = hi + 1
+        slices = [f"{base} WHERE rowid >= {a} AND rowid < {b}" for a, b in zip(edges, edges[1:], strict=False)]
+        return schema, slices, span, columns, with_rowid
 
     def _adbc_read(self, sql: str, schema: pa.Schema) -> pa.Table:
         import adbc_driver_sqlite.dbapi as adbc_sqlite

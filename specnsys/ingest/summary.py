@@ -63,11 +63,21 @@ def summarize(
     con: duckdb.DuckDBPyConnection,
     version: SchemaVersion,
     source_tables: list[str],
-    source_row_counts: dict[str, int],
     model_tables: list[str],
 ) -> TraceSummary:
-    """Summarize a trace whose model tables are visible in *con* under their model names."""
+    """Summarize a trace whose model tables are visible in *con* under their model names.
+
+    ``source_row_counts`` maps each source table read to its row count; the model keeps every
+    source row, so these are the model's counts (the corpus tests check them against SQLite).
+    """
+    from specnsys.ingest.model import MODEL
+
     counts = {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in model_tables}
+    source_row_counts = {
+        t.counts_source: counts[t.name]
+        for t in MODEL
+        if t.counts_source and t.counts_source in source_tables
+    }
     # NVTX domain/category/thread-name rows are definitions, not events: they stay out.
     bounds = " UNION ALL ".join(
         f'SELECT min(start) AS lo, max(COALESCE("end", start)) AS hi FROM {t}'

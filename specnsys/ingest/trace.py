@@ -17,7 +17,12 @@ from specnsys.errors import UsageError
 from specnsys.ingest import cache
 from specnsys.ingest.model import MODEL_TABLES, build_model
 from specnsys.ingest.nsys_rep import export_report_if_needed
-from specnsys.ingest.schema import detect_version, require_events, require_nsys_tables
+from specnsys.ingest.schema import (
+    SchemaVersion,
+    detect_version,
+    require_events,
+    require_nsys_tables,
+)
 from specnsys.ingest.sqlite_reader import SqliteExport, file_identity
 from specnsys.ingest.summary import TraceSummary, summarize
 
@@ -129,38 +134,46 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
                     open_seconds=time.perf_counter() - started,
                 )
         require_events(export)
+        tmp = cache.begin(folder) if use_cache else None
+        if tmp is not None:
+            try:
+                build_model(export, tmp)
+                summary = _summarize(_parquet_views(tmp), version, export)
+                final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
+                return Trace(
+                    sqlite_path, summary, parquet_folder=final,
+                    open_seconds=time.perf_counter() - started,
+                )
+            except OSError as exc:
+                cache.abandon(tmp, exc)
         tables = build_model(export)
-        source_counts = _source_counts(tables, export)
-        source_tables = export.tables
-    summary = _summarize(tables, version, source_tables, source_counts)
-    if use_cache and cache.store(folder, key, tables, summary.to_dict()):
-        return Trace(
-            sqlite_path, summary, parquet_folder=folder,
-            open_seconds=time.perf_counter() - started,
-        )
+        assert tables is not None
+        summary = _summarize(_arrow_views(tables), version, export)
     return Trace(
         sqlite_path, summary, arrow_tables=tables, open_seconds=time.perf_counter() - started
     )
 
 
-def _source_counts(tables: dict[str, pa.Table], export: SqliteExport) -> dict[str, int]:
-    """Row counts of the source tables read, as seen by SQLite itself (for ``info``)."""
-    from specnsys.ingest.model import MODEL
+def _parquet_views(folder: Path) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    for name in MODEL_TABLES:
+        source = str(folder / f"{name}.parquet").replace("'", "''")
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
+    return con
 
-    counts: dict[str, int] = {}
-    for table in MODEL:
-        if table.counts_source and export.has_table(table.counts_source):
-            counts[table.counts_source] = tables[table.name].num_rows
-    return counts
+
+def _arrow_views(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+    return con
 
 
 def _summarize(
-    tables: dict[str, pa.Table], version, source_tables: list[str], source_counts: dict[str, int]
+    con: duckdb.DuckDBPyConnection, version: SchemaVersion, export: SqliteExport
 ) -> TraceSummary:
-    con = duckdb.connect()
+    """Summarize the model visible in *con* (then closed)."""
     try:
-        for name, table in tables.items():
-            con.register(name, table)
-        return summarize(con, version, source_tables, source_counts, list(tables))
+        return summarize(con, version, export.tables, list(MODEL_TABLES))
     finally:
         con.close()
