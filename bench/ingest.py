@@ -12,6 +12,8 @@ Printed, all measured in this run on this file:
 - cold open: ``specnsys.open`` with an empty cache (SQLite -> Arrow -> normalized model ->
   Parquet cache);
 - warm open: ``specnsys.open`` again (cache hit) and a first query over the kernels;
+- for context, what a hand-written reader pays: Python ``sqlite3`` ``fetchall`` of the same
+  columns (measured once);
 and the ratios against the goals of the ingest issue (cold <= 2x bare scan, warm >= 10x
 faster than cold). Each figure is the median of ``--repeat`` runs.
 
@@ -143,6 +145,20 @@ def time_bare_scan(path: Path, script: str) -> float:
     return elapsed
 
 
+def time_naive_python_read(path: Path, script: str) -> float:
+    """The read a hand-written tool does: Python's sqlite3 ``fetchall`` of the same columns."""
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    started = time.perf_counter()
+    for statement in script.splitlines():
+        columns = statement.removeprefix("SELECT ").split(" FROM ")[0]
+        table = statement.split(" FROM ")[1].rstrip(";")
+        plain = columns.replace("total(length(", "(").replace("total(", "(")
+        con.execute(f"SELECT {plain} FROM {table}").fetchall()
+    elapsed = time.perf_counter() - started
+    con.close()
+    return elapsed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=2_000_000)
@@ -177,6 +193,7 @@ def main() -> int:
             warm_query.append(time.perf_counter() - started)
         shutil.rmtree(cache, ignore_errors=True)
 
+    naive = time_naive_python_read(path, script)
     med = statistics.median
     print(f"export: {path.name}, {size_mb:.0f} MB, kernels {counts['kernels']:,}, "
           f"runtime {counts['runtime']:,}, nvtx {counts['nvtx']:,}; "
@@ -184,6 +201,8 @@ def main() -> int:
     print(f"{'bare sqlite3 scan of the same columns':<44}{med(bare):8.2f} s   1.00x")
     print(f"{'specnsys cold open (export -> model+cache)':<44}{med(cold):8.2f} s"
           f"   {med(cold) / med(bare):.2f}x bare scan   (goal <= 2x)")
+    print(f"{'python sqlite3 fetchall of the same columns':<44}{naive:8.2f} s"
+          f"   {naive / med(cold):.1f}x slower than specnsys cold (measured once)")
     print(f"{'specnsys warm open (from cache)':<44}{med(warm):8.3f} s"
           f"   {med(cold) / med(warm):.0f}x faster than cold   (goal >= 10x)")
     print(f"{'warm open + kernel summary query':<44}{med(warm_query):8.3f} s"
