@@ -201,3 +201,24 @@ def test_same_correlation_id_in_two_processes_stays_apart(tmp_path: Path) -> Non
             "ON r.correlation_id = k.correlation_id AND r.pid = k.pid ORDER BY 1"
         ).fetchall()
         assert joined == [("k100", 100), ("k200", 200)]
+
+
+def test_invalid_utf8_text_is_replaced_with_a_warning(tmp_path: Path) -> None:
+    import sqlite3
+
+    from specnsys.ingest.cache import SpecnsysWarning
+
+    b = NsysExportBuilder()
+    b.thread(1, 1, "main")
+    b.push_pop(0, 10, "fine")
+    b.push_pop(20, 30, "broken")
+    path = b.write(tmp_path / "utf8.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE StringIds SET value = CAST(X'66ff6f' AS TEXT) WHERE value = 'broken'")
+    con.commit()
+    con.close()
+    with pytest.warns(SpecnsysWarning, match="1 value.*StringIds.value.*not valid UTF-8"):
+        trace = specnsys.open(path)
+    with trace:
+        texts = sorted(r[0] for r in trace.sql("SELECT text FROM nvtx").fetchall())
+        assert texts == ["fine", "f\ufffdo"]

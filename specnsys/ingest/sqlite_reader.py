@@ -190,7 +190,7 @@ class SqliteExport:
         for i, (schema, slices, _, columns, with_rowid) in enumerate(plans):
             parts = [results[(i, sql)] for sql in slices]
             raw = pa.concat_tables(parts) if parts else schema.empty_table()
-            tables.append(_restore_columns(raw, columns, with_rowid))
+            tables.append(_restore_columns(raw, columns, with_rowid, requests[i][0]))
         return tables
 
     def _plan(
@@ -252,7 +252,9 @@ class SqliteExport:
             raise BadInputError(f"{self.path}: unexpected column types: {exc}") from None
 
 
-def _restore_columns(raw: pa.Table, columns: Sequence[RawColumn], with_rowid: bool) -> pa.Table:
+def _restore_columns(
+    raw: pa.Table, columns: Sequence[RawColumn], with_rowid: bool, table: str
+) -> pa.Table:
     """Undo the NULL-flag encoding and add all-NULL columns for the ones the table lacks."""
     import pyarrow.compute as pc
 
@@ -269,9 +271,46 @@ def _restore_columns(raw: pa.Table, columns: Sequence[RawColumn], with_rowid: bo
             arrays.append(raw.column(col.name))
         else:
             is_null = pc.equal(raw.column(col.name + "__isnull"), 1)
-            arrays.append(pc.if_else(is_null, pa.scalar(None, _arrow_type(col.kind)), raw.column(col.name)))
+            values = raw.column(col.name)
+            if col.kind == "text":
+                values = _valid_utf8(values, f"{table}.{col.name}")
+            arrays.append(pc.if_else(is_null, pa.scalar(None, _arrow_type(col.kind)), values))
         names.append(col.name)
     return pa.table(arrays, names=names)
+
+
+def _valid_utf8(values: pa.ChunkedArray, column: str) -> pa.ChunkedArray:
+    """SQLite stores whatever bytes it was given as TEXT; Arrow strings must be UTF-8.
+
+    Invalid sequences (seen in exports of programs that print binary data) are replaced by
+    U+FFFD with a warning, instead of failing the whole ingest later in DuckDB or Polars.
+    """
+    try:
+        values.validate(full=True)
+        return values
+    except pa.ArrowInvalid:
+        pass
+    import warnings
+
+    from specnsys.ingest.cache import SpecnsysWarning
+
+    fixed: list[str | None] = []
+    bad = 0
+    for value in values.cast(pa.binary()).to_pylist():
+        if value is None:
+            fixed.append(None)
+            continue
+        try:
+            fixed.append(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            fixed.append(value.decode("utf-8", "replace"))
+            bad += 1
+    warnings.warn(
+        f"{bad} value(s) of {column} are not valid UTF-8; invalid bytes shown as U+FFFD",
+        SpecnsysWarning,
+        stacklevel=2,
+    )
+    return pa.chunked_array([pa.array(fixed, pa.string())])
 
 
 FINGERPRINT_BYTES = 1 << 16
