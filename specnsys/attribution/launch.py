@@ -1,0 +1,161 @@
+"""Launch attribution (DESIGN.md section 4, rule 1): every GPU op gets the phase of its launch.
+
+A GPU activity (kernel, memcpy, memset) is joined to the CUDA runtime call that launched it by
+``(correlation_id, pid)``; its phase is the innermost phase range (``push_pop`` range of the
+given NVTX domain whose text is a phase) open on the launching thread when that call started.
+
+How "innermost open range at time t on thread g" is found (no interval join, no recursion)
+-----------------------------------------------------------------------------------------
+Push/pop ranges of one thread and domain nest properly (and any subset of them -- here the
+phase-named ones -- nests too). Sweep each thread's range boundaries in time order, +1 at a
+start, -1 at an end (ends before starts at equal times, since ranges are half-open
+``[start, end)``; unclosed ranges have no end event, i.e. stay open to +infinity); the running
+sum is the number of open phase ranges, the *level*. For properly nested ranges, the innermost
+range open at ``t`` is the **last range started at or before t whose level right after its
+start equals the level at t**: every range started later and still before ``t`` lies inside
+it and has closed again, and those have a deeper level. So the lookup is two ASOF joins:
+
+1. level at ``t`` = the level after the last boundary ``<= t`` of thread ``g``;
+2. the innermost range = the last start ``<= t`` of thread ``g`` with exactly that level.
+
+The found range is checked to really contain ``t`` (a safety net for malformed, crossing
+ranges; a miss gives no phase). Zero-length ranges contain no instant and are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from specnsys.annotate import DOMAIN, PHASES
+
+if TYPE_CHECKING:
+    from specnsys.ingest import Trace
+
+__all__ = [
+    "UNANNOTATED",
+    "UNATTRIBUTED_GPU",
+    "gpu_ops_sql",
+    "gpu_ops_with_phase",
+    "phase_lookup_sql",
+    "phase_ranges_sql",
+]
+
+UNANNOTATED = "unannotated"
+"""Phase of time (or a launch) outside every phase range."""
+
+UNATTRIBUTED_GPU = "unattributed_gpu"
+"""Phase of a GPU op whose launching runtime call is not in the trace."""
+
+
+def phase_ranges_sql() -> str:
+    """SELECT of the phase ranges (``$domain``, ``$phases`` parameters): push/pop ranges only."""
+    return """
+        SELECT id, global_tid AS gtid, pid, start AS s, "end" AS e, text AS phase, depth
+        FROM nvtx
+        WHERE kind = 'push_pop' AND domain = $domain AND list_contains($phases, text)
+          AND start IS NOT NULL AND global_tid IS NOT NULL
+          AND ("end" IS NULL OR "end" > start)
+    """
+
+
+def phase_lookup_sql(points: str) -> str:
+    """SQL adding ``phase`` (innermost open phase range, NULL if none) to every row of *points*.
+
+    *points* is a SELECT with columns ``_gtid`` (thread) and ``_t`` (time) among others; the
+    result has all of its columns plus ``phase``. Parameters: ``$domain``, ``$phases``.
+    """
+    return f"""
+    WITH pts AS (SELECT row_number() OVER () AS _qid, * FROM ({points})),
+    pr AS ({phase_ranges_sql()}),
+    ev AS (
+        SELECT gtid, s AS t, 1 AS d, 1 AS is_start, s, e, phase, depth, id FROM pr
+        UNION ALL
+        SELECT gtid, e AS t, -1 AS d, 0 AS is_start, s, e, phase, depth, id FROM pr
+        WHERE e IS NOT NULL
+    ),
+    ev_ord AS (
+        SELECT *, row_number() OVER w AS rn, sum(d) OVER (w ROWS UNBOUNDED PRECEDING) AS lvl
+        FROM ev
+        WINDOW w AS (
+            PARTITION BY gtid ORDER BY t, is_start,
+                -- starts at one instant: outer first; ends at one instant: inner first
+                CASE WHEN is_start = 1 THEN depth ELSE -depth END NULLS LAST,
+                CASE WHEN is_start = 1 THEN -coalesce(e, 9223372036854775807) ELSE -s END,
+                CASE WHEN is_start = 1 THEN id ELSE -id END
+        )
+    ),
+    lvl_at AS (SELECT gtid, t, arg_max(lvl, rn) AS lvl FROM ev_ord GROUP BY gtid, t),
+    starts AS (SELECT gtid, t, lvl, s, e, phase FROM ev_ord WHERE is_start = 1),
+    q_lvl AS (
+        SELECT q._qid, q._gtid, q._t, l.lvl
+        FROM pts q ASOF LEFT JOIN lvl_at l ON q._gtid = l.gtid AND q._t >= l.t
+    ),
+    q_phase AS (
+        SELECT q._qid,
+               CASE WHEN q.lvl > 0 AND st.s <= q._t AND (st.e IS NULL OR q._t < st.e)
+                    THEN st.phase END AS phase
+        FROM q_lvl q ASOF LEFT JOIN starts st
+          ON q._gtid = st.gtid AND q.lvl = st.lvl AND q._t >= st.t
+    )
+    SELECT pts.* EXCLUDE (_qid), q_phase.phase
+    FROM pts LEFT JOIN q_phase USING (_qid)
+    """
+
+
+def gpu_ops_sql() -> str:
+    """SELECT of every GPU op with its launch call and phase (``$domain``, ``$phases``)."""
+    points = """
+        WITH ops AS (
+            SELECT 'kernel' AS op_kind, start, "end", device_id, stream_id, correlation_id,
+                   pid, short_name AS name FROM kernels
+            UNION ALL
+            SELECT 'memcpy', start, "end", device_id, stream_id, correlation_id, pid,
+                   coalesce(copy_kind_name, 'memcpy') FROM memcpy
+            UNION ALL
+            SELECT 'memset', start, "end", device_id, stream_id, correlation_id, pid, 'memset'
+            FROM memset
+        ),
+        rt AS (
+            SELECT pid AS rt_pid, correlation_id AS rt_corr, start AS api_start,
+                   "end" AS api_end, name AS api_name, tid AS api_tid, global_tid AS _gtid
+            FROM runtime
+            WHERE event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
+              AND correlation_id IS NOT NULL
+            -- one launching call per (pid, correlation id): a duplicate can never double count
+            QUALIFY row_number() OVER (
+                PARTITION BY pid, correlation_id ORDER BY start, "end", global_tid) = 1
+        )
+        SELECT ops.*, rt.api_start, rt.api_end, rt.api_name, rt.api_tid,
+               rt._gtid, rt.api_start AS _t
+        FROM ops LEFT JOIN rt ON ops.correlation_id = rt.rt_corr AND ops.pid = rt.rt_pid
+    """
+    return f"""
+        SELECT * EXCLUDE (_gtid, _t, phase), _gtid AS api_global_tid,
+               CASE WHEN api_start IS NULL THEN '{UNATTRIBUTED_GPU}'
+                    ELSE coalesce(phase, '{UNANNOTATED}') END AS phase
+        FROM ({phase_lookup_sql(points)})
+    """
+
+
+def params(phases: Sequence[str], domain: str) -> dict[str, Any]:
+    return {"phases": list(phases), "domain": domain}
+
+
+def gpu_ops_with_phase(
+    trace: Trace, phases: Sequence[str] = PHASES, domain: str = DOMAIN
+) -> pl.DataFrame:
+    """Every kernel, memcpy and memset of *trace* with the phase it was launched in.
+
+    Columns: ``op_kind`` (``kernel``/``memcpy``/``memset``), ``start``, ``end``, ``device_id``,
+    ``stream_id``, ``correlation_id``, ``pid``, ``name``, the launching call's ``api_start``,
+    ``api_end``, ``api_name``, ``api_tid``, ``api_global_tid`` (NULL when it is missing), and
+    ``phase``: the innermost phase range open on the launching thread when the call started,
+    ``unannotated`` when none was open, ``unattributed_gpu`` when the runtime row is missing.
+    Runtime rows are restricted to ``event_class IN (0, 1)`` and not ``is_backtrace``, and one
+    call is taken per ``(pid, correlation_id)``, so every op appears exactly once.
+    """
+    sql = f'SELECT * FROM ({gpu_ops_sql()}) ORDER BY start, "end", op_kind, correlation_id'
+    return trace.connection.sql(sql, params=params(phases, domain)).pl()

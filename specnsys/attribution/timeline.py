@@ -1,0 +1,345 @@
+"""Exclusive phase timeline (DESIGN.md section 4, rules 2-4): phase times that sum to the window.
+
+Method (one sorted sweep, all in DuckDB SQL; no per-event Python, no interval-pair joins):
+
+* GPU ops of the analyzed process (with their launch phase, see :mod:`.launch`) are clipped to
+  the window and merged, per phase, into disjoint *islands* (gaps-and-islands with a running
+  max of ``end``). The islands give each phase's GPU busy time (an interval union).
+* Every island start/end (+1/-1), every driver-thread phase-range start/end and both window
+  ends are boundaries; consecutive boundaries bound elementary segments ``[t_i, t_{i+1})``.
+  The running sum of the +1/-1 is ``n``, the number of distinct phases with GPU work running.
+* A segment with ``n > 0`` is split evenly among the ``n`` running phases. To stay exact, time
+  is counted in units of ``1/D`` ns with ``D = lcm(1..P)`` (``P`` = number of GPU phases), so a
+  segment gives ``len * D / n`` units (an integer) to each; with ``F(t)`` the running total of
+  those per-phase units, a phase's share of GPU-busy time is ``sum(F(b) - F(a))`` over its
+  islands (an equi-join on boundary times). The per-phase totals sum to the union of GPU
+  activity times ``D`` exactly; they are rounded to integer ns by largest remainder (ties in
+  phase order), so the rounded GPU parts sum to the GPU-busy union exactly.
+* A segment with ``n = 0`` belongs to the innermost phase range open on the driver thread at
+  its start (the same level/ASOF lookup as launch attribution), else to ``unannotated``.
+
+So ``sum(wall_ns) == window_ns`` exactly and every share lies in ``[0, 1]``.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from specnsys.annotate import DOMAIN, PHASES
+from specnsys.attribution.launch import (
+    UNANNOTATED,
+    UNATTRIBUTED_GPU,
+    gpu_ops_with_phase,
+    params,
+    phase_lookup_sql,
+    phase_ranges_sql,
+)
+
+if TYPE_CHECKING:
+    from specnsys.ingest import Trace
+
+__all__ = ["PhaseBreakdown", "exclusive_phase_times"]
+
+_I64 = pl.Int64
+
+
+@dataclass(frozen=True)
+class PhaseBreakdown:
+    """The exclusive phase timeline of one process over its analysis window.
+
+    ``frame`` has one row per phase (the given phases in order, then ``unannotated``, then
+    ``unattributed_gpu`` when such GPU ops exist) and the columns:
+
+    * ``wall_ns`` -- exclusive wall time (rule 2); sums to ``window_ns`` exactly;
+    * ``share`` -- ``wall_ns / window_ns``;
+    * ``gpu_wall_ns`` / ``cpu_wall_ns`` -- the parts of ``wall_ns`` while GPU work of the
+      process ran (split evenly among running phases) / while the GPU was idle;
+    * ``gpu_busy_ns`` -- union of the phase's GPU op intervals, clipped to the window;
+    * ``kernels`` -- kernels attributed to the phase overlapping the window;
+    * ``launches`` -- runtime calls named ``*launch*`` (kernel and graph launches) made in
+      the phase, on any thread of the process, starting in the window;
+    * ``cpu_inclusive_ns`` -- sum of the phase's range durations on the driver thread,
+      clipped to the window (unclosed ranges run to the window end);
+    * ``cpu_exclusive_ns`` -- time the phase is the innermost open range on the driver thread.
+    """
+
+    window_start_ns: int
+    window_end_ns: int
+    frame: pl.DataFrame
+    pid: int | None = None
+    driver_global_tid: int | None = None
+    gpu_union_ns: int = 0
+    """Union of all GPU activity of the process within the window."""
+
+    @property
+    def window_ns(self) -> int:
+        return self.window_end_ns - self.window_start_ns
+
+
+def _one(trace: Trace, sql: str, prm: dict[str, Any]) -> tuple | None:
+    rows = trace.connection.execute(sql, prm).fetchall()
+    return rows[0] if rows else None
+
+
+def _choose_pid(trace: Trace, ops: pl.DataFrame, prm: dict[str, Any]) -> int | None:
+    row = _one(
+        trace,
+        f"SELECT pid FROM ({phase_ranges_sql()}) WHERE pid IS NOT NULL "
+        "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
+        prm,
+    )
+    if row is not None:
+        return int(row[0])
+    if ops.height and ops["pid"].drop_nulls().len():
+        counts = (
+            ops.drop_nulls("pid")
+            .group_by("pid")
+            .len()
+            .sort(["len", "pid"], descending=[True, False])
+        )
+        return int(counts["pid"][0])
+    row = _one(trace, "SELECT min(pid) FROM nvtx WHERE kind IN ('push_pop', 'start_end')", {})
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _window(
+    trace: Trace, ops: pl.DataFrame, pid: int | None, prm: dict[str, Any]
+) -> tuple[int, int]:
+    if pid is None:
+        return 0, 0
+    span = _one(
+        trace,
+        """SELECT min(start), max(coalesce("end", start)) FROM nvtx
+           WHERE pid = $pid AND kind IN ('push_pop', 'start_end') AND start IS NOT NULL""",
+        {"pid": pid},
+    )
+    starts = [span[0]] if span and span[0] is not None else []
+    ends = [span[1]] if span and span[1] is not None else []
+    mine = ops.filter(pl.col("pid") == pid)
+    if mine.height:
+        starts.append(int(mine["start"].min()))  # type: ignore[arg-type]
+        ends.append(int(mine["end"].max()))  # type: ignore[arg-type]
+    if not starts:
+        return 0, 0
+    span_start, span_end = min(starts), max(ends)
+    req = _one(
+        trace,
+        """SELECT min(start), max(coalesce("end", $span_end)), count(*) FROM nvtx
+           WHERE pid = $pid AND text = 'request' AND domain = $domain
+             AND kind IN ('push_pop', 'start_end') AND start IS NOT NULL""",
+        {"pid": pid, "domain": prm["domain"], "span_end": span_end},
+    )
+    if req is not None and req[2]:
+        return int(req[0]), max(int(req[0]), int(req[1]))
+    return span_start, span_end
+
+
+def _sweep_ctes(ops_name: str) -> str:
+    """CTEs ``islands`` and ``seg`` (t, t_next, n, len, f) of the sweep; see module docs."""
+    return f"""
+    ops AS (
+        SELECT phase, greatest(start, $ws) AS s, least("end", $we) AS e
+        FROM {ops_name}
+        WHERE pid = $pid AND start < $we AND "end" > $ws AND "end" > start
+    ),
+    isl0 AS (
+        SELECT phase, s, e, max(e) OVER (PARTITION BY phase ORDER BY s, e
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
+        FROM ops
+    ),
+    isl1 AS (
+        SELECT *, sum(CASE WHEN prev_max IS NULL OR s > prev_max THEN 1 ELSE 0 END)
+            OVER (PARTITION BY phase ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
+        FROM isl0
+    ),
+    islands AS (SELECT phase, min(s) AS a, max(e) AS b FROM isl1 GROUP BY phase, grp),
+    cpu_r AS (
+        SELECT greatest(s, $ws) AS s, least(coalesce(e, $we), $we) AS e
+        FROM ({phase_ranges_sql()})
+        WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws
+    ),
+    bnd AS (
+        SELECT a AS t, 1 AS d FROM islands
+        UNION ALL SELECT b, -1 FROM islands
+        UNION ALL SELECT s, 0 FROM cpu_r
+        UNION ALL SELECT e, 0 FROM cpu_r
+        UNION ALL SELECT $ws::BIGINT, 0
+        UNION ALL SELECT $we::BIGINT, 0
+    ),
+    pts AS (SELECT t, sum(d) AS d FROM bnd GROUP BY t),
+    seg0 AS (
+        SELECT t, lead(t) OVER (ORDER BY t) AS t_next,
+               sum(d) OVER (ORDER BY t ROWS UNBOUNDED PRECEDING) AS n
+        FROM pts
+    ),
+    seg1 AS (
+        SELECT *, coalesce(t_next - t, 0) AS len,
+               CASE WHEN n > 0 THEN coalesce(t_next - t, 0)::HUGEINT * $D // n
+                    ELSE 0::HUGEINT END AS u
+        FROM seg0
+    ),
+    seg AS (
+        SELECT *, coalesce(sum(u) OVER (ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING
+                                        AND 1 PRECEDING), 0)::HUGEINT AS f
+        FROM seg1
+    )
+    """
+
+
+def _largest_remainder(floor: pl.Series, rem: pl.Series, target: int) -> pl.Series:
+    """Add 1 to the ``target - sum(floor)`` entries with the largest remainders (ties: order)."""
+    deficit = target - int(floor.sum())
+    if deficit <= 0 or floor.len() == 0:
+        return floor
+    order = pl.DataFrame({"rem": rem, "i": range(rem.len())}).with_row_index("pos")
+    chosen = order.sort(["rem", "i"], descending=[True, False]).head(deficit)["pos"]
+    bump = pl.Series([0] * floor.len(), dtype=_I64).scatter(chosen, 1)
+    return floor + bump
+
+
+def exclusive_phase_times(
+    trace: Trace,
+    phases: Sequence[str] = PHASES,
+    domain: str = DOMAIN,
+    pid: int | None = None,
+) -> PhaseBreakdown:
+    """Exclusive wall time per phase of process *pid* (DESIGN.md section 4, rule 2).
+
+    *pid* defaults to the process with the most phase ranges (or, without any, the most GPU
+    ops). The window runs from its first ``request`` start to its last ``request`` end, or
+    spans its NVTX ranges and GPU ops when it has no ``request`` range. The driver thread is
+    its thread with the most phase ranges. See :class:`PhaseBreakdown` for the columns.
+    """
+    con = trace.connection
+    prm = params(phases, domain)
+    all_ops = gpu_ops_with_phase(trace, phases, domain)
+    if pid is None:
+        pid = _choose_pid(trace, all_ops, prm)
+    ws, we = _window(trace, all_ops, pid, prm)
+    row = None
+    if pid is not None:
+        row = _one(
+            trace,
+            f"SELECT gtid FROM ({phase_ranges_sql()}) WHERE pid = $pid "
+            "GROUP BY gtid ORDER BY count(*) DESC, gtid LIMIT 1",
+            {**prm, "pid": pid},
+        )
+    gtid = None if row is None else int(row[0])
+
+    ops = all_ops.filter(
+        (pl.col("pid") == pid)
+        & (pl.col("start") < we)
+        & (pl.col("end") > ws)
+        & (pl.col("end") > pl.col("start"))
+    )
+    gpu_phase_count = ops["phase"].n_unique()
+    denom = math.lcm(*range(1, gpu_phase_count + 1)) if gpu_phase_count else 1
+    sweep_prm = {**prm, "pid": pid, "gtid": gtid, "ws": ws, "we": we, "D": denom}
+
+    ops_name = f"_specnsys_ops_{uuid.uuid4().hex}"
+    con.register(ops_name, ops.select("phase", "start", "end", "pid").to_arrow())
+    try:
+        gpu = con.sql(
+            f"""WITH {_sweep_ctes(ops_name)},
+                isl_f AS (
+                    SELECT i.phase, i.b - i.a AS busy, fb.f - fa.f AS units
+                    FROM islands i JOIN seg fa ON fa.t = i.a JOIN seg fb ON fb.t = i.b
+                ),
+                per AS (SELECT phase, sum(busy)::BIGINT AS gpu_busy_ns,
+                               sum(units)::HUGEINT AS units FROM isl_f GROUP BY phase)
+                SELECT phase, gpu_busy_ns, (units // $D)::BIGINT AS floor_ns,
+                       (units % $D)::BIGINT AS rem
+                FROM per""",
+            params=sweep_prm,
+        ).pl()
+        union_row = con.execute(
+            f"WITH {_sweep_ctes(ops_name)} SELECT coalesce(sum(len), 0)::BIGINT FROM seg "
+            "WHERE n > 0",
+            sweep_prm,
+        ).fetchall()
+        gpu_union = int(union_row[0][0])
+        points = (
+            f"WITH {_sweep_ctes(ops_name)} SELECT $gtid::BIGINT AS _gtid, t AS _t, len, n "
+            "FROM seg WHERE len > 0"
+        )
+        cpu = con.sql(
+            f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase,
+                       sum(len) FILTER (WHERE n = 0)::BIGINT AS cpu_wall_ns,
+                       sum(len)::BIGINT AS cpu_exclusive_ns
+                FROM ({phase_lookup_sql(points)}) GROUP BY 1""",
+            params=sweep_prm,
+        ).pl()
+    finally:
+        con.unregister(ops_name)
+
+    inclusive = con.sql(
+        f"""SELECT phase, sum(least(coalesce(e, $we), $we) - greatest(s, $ws))::BIGINT
+                   AS cpu_inclusive_ns
+            FROM ({phase_ranges_sql()})
+            WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws GROUP BY phase""",
+        params={**prm, "gtid": gtid, "ws": ws, "we": we},
+    ).pl()
+    launch_points = """
+        SELECT global_tid AS _gtid, start AS _t FROM runtime
+        WHERE pid = $pid AND event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
+          AND name ILIKE '%launch%' AND start >= $ws AND start < $we
+    """
+    launches = con.sql(
+        f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase, count(*)::BIGINT AS launches
+            FROM ({phase_lookup_sql(launch_points)}) GROUP BY 1""",
+        params={**prm, "pid": pid, "ws": ws, "we": we},
+    ).pl()
+    kernels = (
+        ops.filter(pl.col("op_kind") == "kernel")
+        .group_by("phase")
+        .agg(pl.len().cast(_I64).alias("kernels"))
+    )
+
+    names = list(dict.fromkeys([*phases, UNANNOTATED]))
+    if UNATTRIBUTED_GPU in set(all_ops.filter(pl.col("pid") == pid)["phase"].to_list()):
+        names.append(UNATTRIBUTED_GPU)
+    for extra in (gpu["phase"].to_list(), cpu["phase"].to_list()):
+        names.extend(p for p in extra if p not in names)  # defensive: never drop time
+
+    frame = pl.DataFrame({"phase": names}, schema={"phase": pl.String})
+    for part in (gpu, cpu, inclusive, launches, kernels):
+        frame = frame.join(part, on="phase", how="left", maintain_order="left")
+    frame = frame.with_columns(
+        pl.col(c).fill_null(0).cast(_I64)
+        for c in (
+            "gpu_busy_ns",
+            "floor_ns",
+            "rem",
+            "cpu_wall_ns",
+            "cpu_exclusive_ns",
+            "cpu_inclusive_ns",
+            "launches",
+            "kernels",
+        )
+    )
+    gpu_wall = _largest_remainder(frame["floor_ns"], frame["rem"], gpu_union)
+    window_ns = we - ws
+    frame = frame.with_columns(gpu_wall.alias("gpu_wall_ns")).with_columns(
+        (pl.col("gpu_wall_ns") + pl.col("cpu_wall_ns")).alias("wall_ns")
+    )
+    frame = frame.with_columns(
+        (pl.col("wall_ns") / window_ns if window_ns > 0 else pl.lit(0.0)).alias("share")
+    ).select(
+        "phase",
+        "wall_ns",
+        "share",
+        "gpu_wall_ns",
+        "cpu_wall_ns",
+        "gpu_busy_ns",
+        "kernels",
+        "launches",
+        "cpu_inclusive_ns",
+        "cpu_exclusive_ns",
+    )
+    return PhaseBreakdown(ws, we, frame, pid, gtid, gpu_union)

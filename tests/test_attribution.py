@@ -1,0 +1,407 @@
+"""Launch attribution and the exclusive phase timeline on small built traces (hand-computed)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import specnsys
+from specnsys.attribution import PhaseBreakdown, exclusive_phase_times, gpu_ops_with_phase
+from specnsys.testing import NsysExportBuilder
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "spec_chat_c4_k4.sqlite"
+
+
+def _builder(pid: int = 1) -> NsysExportBuilder:
+    b = NsysExportBuilder()
+    b.process(pid, "python3")
+    b.thread(pid, 1, "main")
+    b.domain(1, "specnsys", pid=pid, tid=1)
+    return b
+
+
+def _pp(
+    b: NsysExportBuilder, start: int, end: int | None, text: str, pid: int = 1, tid: int = 1
+) -> None:
+    b.push_pop(start, end, text, pid=pid, tid=tid, domain_id=1)
+
+
+def _request(b: NsysExportBuilder, start: int, end: int, pid: int = 1) -> None:
+    b.start_end(start, end, "request", pid=pid, tid=1, domain_id=1)
+
+
+def _open(b: NsysExportBuilder, tmp_path: Path, name: str = "t.sqlite") -> specnsys.Trace:
+    return specnsys.open(b.write(tmp_path / name))
+
+
+def _by_phase(pb: PhaseBreakdown) -> dict[str, dict[str, object]]:
+    return {row["phase"]: row for row in pb.frame.iter_rows(named=True)}
+
+
+def _check_invariants(pb: PhaseBreakdown) -> None:
+    f = pb.frame
+    assert f["wall_ns"].sum() == pb.window_ns
+    assert f["gpu_wall_ns"].sum() == pb.gpu_union_ns
+    assert (f["wall_ns"] >= 0).all() and (f["gpu_wall_ns"] >= 0).all()
+    assert ((f["share"] >= 0) & (f["share"] <= 1)).all()
+    if pb.window_ns:
+        assert f["share"].sum() == pytest.approx(1.0)
+
+
+def test_async_kernel_runs_in_draft_while_cpu_is_in_verify(tmp_path: Path) -> None:
+    b = _builder()
+    _request(b, 0, 1000)
+    _pp(b, 100, 300, "draft")
+    _pp(b, 300, 700, "verify")
+    b.runtime(150, 160, "cudaLaunchKernel", 1)
+    b.kernel(250, 500, "draft_gemm", 1)  # still running after draft ended, while CPU is in verify
+    with _open(b, tmp_path) as t:
+        ops = gpu_ops_with_phase(t)
+        assert ops.select("op_kind", "phase", "api_start").rows() == [("kernel", "draft", 150)]
+        pb = exclusive_phase_times(t)
+    _check_invariants(pb)
+    assert (pb.window_start_ns, pb.window_end_ns) == (0, 1000)
+    rows = _by_phase(pb)
+    # draft: CPU 100..250 + GPU 250..500; verify: CPU 500..700; rest unannotated
+    assert rows["draft"]["wall_ns"] == 400
+    assert rows["draft"]["gpu_wall_ns"] == 250 and rows["draft"]["cpu_wall_ns"] == 150
+    assert rows["verify"]["wall_ns"] == 200
+    assert rows["unannotated"]["wall_ns"] == 400
+    assert rows["draft"]["gpu_busy_ns"] == 250
+    assert rows["draft"]["kernels"] == 1 and rows["draft"]["launches"] == 1
+    assert rows["verify"]["cpu_inclusive_ns"] == 400 and rows["verify"]["cpu_exclusive_ns"] == 400
+    assert rows["draft"]["share"] == pytest.approx(0.4)
+    assert "unattributed_gpu" not in rows
+
+
+def test_launch_goes_to_the_innermost_open_range(tmp_path: Path) -> None:
+    b = _builder()
+    _pp(b, 0, 1000, "decode")
+    _pp(b, 100, 200, "draft")
+    _pp(b, 200, 400, "sample")  # starts exactly when draft ends (half-open ranges)
+    _pp(b, 600, 800, "kv")
+    _pp(b, 650, 700, "sync")
+    _pp(b, 1200, None, "schedule")  # never closed: open to +infinity
+    _pp(b, 300, 350, "not-a-phase")  # ignored: not in the vocabulary
+    for corr, at in enumerate([250, 200, 400, 150, 660, 700, 1100, 5000, 320], start=1):
+        b.runtime(at, at + 5, "cudaLaunchKernel", corr)
+        b.kernel(6000 + corr * 10, 6005 + corr * 10, f"k{corr}", corr)
+    with _open(b, tmp_path) as t:
+        ops = gpu_ops_with_phase(t).sort("correlation_id")
+    assert ops["phase"].to_list() == [
+        "sample",
+        "sample",
+        "decode",
+        "draft",
+        "sync",
+        "kv",
+        "unannotated",
+        "schedule",
+        "sample",
+    ]
+
+
+def test_nested_launch_in_sample_inside_decode(tmp_path: Path) -> None:
+    b = _builder()
+    _request(b, 0, 100)
+    _pp(b, 0, 100, "decode")
+    _pp(b, 20, 60, "sample")
+    b.runtime(30, 32, "cudaLaunchKernel", 7)
+    b.kernel(40, 50, "argmax", 7)
+    with _open(b, tmp_path) as t:
+        assert gpu_ops_with_phase(t)["phase"].to_list() == ["sample"]
+        pb = exclusive_phase_times(t)
+    _check_invariants(pb)
+    rows = _by_phase(pb)
+    assert rows["sample"]["wall_ns"] == 40 and rows["sample"]["gpu_wall_ns"] == 10
+    assert rows["decode"]["wall_ns"] == 60
+    assert rows["decode"]["cpu_inclusive_ns"] == 100 and rows["decode"]["cpu_exclusive_ns"] == 60
+    assert rows["sample"]["launches"] == 1 and rows["decode"]["launches"] == 0
+
+
+def test_overlapping_kernels_of_two_phases_on_two_streams_split_evenly(tmp_path: Path) -> None:
+    b = _builder()
+    _request(b, 0, 500)
+    _pp(b, 0, 50, "draft")
+    _pp(b, 50, 100, "verify")
+    b.runtime(10, 12, "cudaLaunchKernel", 1)
+    b.runtime(60, 62, "cudaLaunchKernel", 2)
+    b.kernel(100, 300, "draft_k", 1, stream=7)
+    b.kernel(200, 400, "verify_k", 2, stream=8)
+    with _open(b, tmp_path) as t:
+        pb = exclusive_phase_times(t)
+    _check_invariants(pb)
+    rows = _by_phase(pb)
+    # draft: CPU 50 + GPU 100 alone + 50 (half of 200..300); verify symmetric
+    assert rows["draft"]["wall_ns"] == 200 and rows["verify"]["wall_ns"] == 200
+    assert rows["draft"]["gpu_busy_ns"] == 200 and rows["verify"]["gpu_busy_ns"] == 200
+    assert rows["unannotated"]["wall_ns"] == 100
+    assert pb.gpu_union_ns == 300
+
+
+def test_three_way_split_rounds_to_an_exact_sum(tmp_path: Path) -> None:
+    b = _builder()
+    _request(b, 0, 20)
+    for corr, phase in enumerate(["draft", "verify", "sample"], start=1):
+        _pp(b, corr, corr + 1, phase)
+        b.runtime(corr, corr + 1, "cudaLaunchKernel", corr)
+        b.kernel(10, 20, f"k{corr}", corr, stream=corr)  # 10 ns shared by three phases
+    with _open(b, tmp_path) as t:
+        pb = exclusive_phase_times(t)
+    _check_invariants(pb)
+    rows = _by_phase(pb)
+    assert sorted(rows[p]["gpu_wall_ns"] for p in ("draft", "verify", "sample")) == [3, 3, 4]
+    assert rows["draft"]["gpu_wall_ns"] == 4  # remainder goes to the first phase in order
+
+
+def test_kernel_without_runtime_row_is_unattributed_gpu(tmp_path: Path) -> None:
+    b = _builder()
+    b.thread(2, 1, "other")
+    _request(b, 0, 100)
+    _pp(b, 0, 100, "decode")
+    b.runtime(10, 12, "cudaLaunchKernel", 99, pid=2)  # same correlation id, other process
+    b.kernel(20, 50, "orphan", 99)
+    b.memcpy(60, 70, 64, 98)  # no runtime row at all
+    with _open(b, tmp_path) as t:
+        ops = gpu_ops_with_phase(t)
+        pb = exclusive_phase_times(t)
+    assert ops["phase"].to_list() == ["unattributed_gpu", "unattributed_gpu"]
+    assert ops["api_start"].null_count() == 2
+    _check_invariants(pb)
+    rows = _by_phase(pb)
+    assert rows["unattributed_gpu"]["wall_ns"] == 40
+    assert (
+        rows["unattributed_gpu"]["gpu_busy_ns"] == 40 and rows["unattributed_gpu"]["kernels"] == 1
+    )
+    assert rows["decode"]["wall_ns"] == 60
+    assert pb.frame["phase"].to_list()[-1] == "unattributed_gpu"
+
+
+def test_backtrace_duplicate_runtime_row_does_not_double_count(tmp_path: Path) -> None:
+    b = _builder()
+    _request(b, 0, 100)
+    _pp(b, 0, 50, "draft")
+    _pp(b, 50, 100, "verify")
+    b.runtime(10, 12, "cudaLaunchKernel", 5)
+    b.runtime(10, 12, "cudaLaunchKernel", 5, event_class=67)
+    b.runtime(60, 62, "cudaLaunchKernel", 5, event_class=67)  # a stray one in verify
+    b.kernel(20, 40, "k", 5)
+    with _open(b, tmp_path) as t:
+        ops = gpu_ops_with_phase(t)
+        pb = exclusive_phase_times(t)
+    assert ops.height == 1 and ops["phase"].to_list() == ["draft"]
+    rows = _by_phase(pb)
+    assert rows["draft"]["kernels"] == 1 and rows["draft"]["launches"] == 1
+    assert rows["verify"]["launches"] == 0 and rows["draft"]["gpu_busy_ns"] == 20
+    _check_invariants(pb)
+
+
+def test_request_ranges_define_the_window(tmp_path: Path) -> None:
+    b = _builder()
+    _request(b, 100, 400)
+    _request(b, 500, 900)
+    _pp(b, 50, 200, "draft")  # starts before the window
+    _pp(b, 880, None, "verify")  # never closed
+    b.runtime(60, 62, "cudaLaunchKernel", 1)
+    b.kernel(850, 950, "k", 1)  # ends after the window
+    b.kernel(10, 20, "early", 1)  # entirely before the window: not counted
+    with _open(b, tmp_path) as t:
+        pb = exclusive_phase_times(t)
+    assert (pb.window_start_ns, pb.window_end_ns) == (100, 900)
+    _check_invariants(pb)
+    rows = _by_phase(pb)
+    assert rows["draft"]["cpu_inclusive_ns"] == 100
+    assert rows["draft"]["gpu_busy_ns"] == 50 and rows["draft"]["kernels"] == 1
+    assert rows["draft"]["wall_ns"] == 100 + 50
+    assert rows["verify"]["cpu_inclusive_ns"] == 20 and rows["verify"]["wall_ns"] == 0
+    assert rows["unannotated"]["wall_ns"] == 800 - 150
+    assert rows["draft"]["launches"] == 0  # launched before the window
+
+
+def test_window_without_requests_spans_ranges_and_gpu_ops(tmp_path: Path) -> None:
+    b = _builder()
+    _pp(b, 100, 200, "draft")
+    b.runtime(150, 152, "cudaLaunchKernel", 1)
+    b.kernel(180, 260, "k", 1)
+    with _open(b, tmp_path) as t:
+        pb = exclusive_phase_times(t)
+    assert (pb.window_start_ns, pb.window_end_ns) == (100, 260)
+    _check_invariants(pb)
+    assert _by_phase(pb)["draft"]["wall_ns"] == 160
+
+
+def test_cpu_only_trace(tmp_path: Path) -> None:
+    b = _builder()
+    _request(b, 0, 100)
+    _pp(b, 0, 100, "decode")
+    _pp(b, 10, 30, "draft")
+    _pp(b, 40, 90, "verify")
+    with _open(b, tmp_path) as t:
+        assert gpu_ops_with_phase(t).height == 0
+        pb = exclusive_phase_times(t)
+    _check_invariants(pb)
+    rows = _by_phase(pb)
+    assert [rows[p]["wall_ns"] for p in ("decode", "draft", "verify", "unannotated")] == [
+        30,
+        20,
+        50,
+        0,
+    ]
+    assert pb.gpu_union_ns == 0 and "unattributed_gpu" not in rows
+
+
+@pytest.mark.skipif(not SAMPLE.exists(), reason="sample trace absent")
+def test_real_cpu_only_capture() -> None:
+    with specnsys.open(SAMPLE) as t:
+        pb = exclusive_phase_times(t)
+    _check_invariants(pb)
+    assert pb.window_ns > 0
+    assert pb.frame["share"].sum() == pytest.approx(1.0)
+    rows = _by_phase(pb)
+    for phase in ("draft", "verify", "sample", "kv", "sync", "schedule", "prefill"):
+        assert rows[phase]["wall_ns"] > 0, phase
+    assert pb.frame["gpu_busy_ns"].sum() == 0
+
+
+# -- property test against a brute-force, per-nanosecond reference -----------------------------
+
+PH = ("decode", "draft", "verify", "sample", "kv")
+
+
+@st.composite
+def _traces(draw: st.DrawFn) -> dict:
+    t = 0
+    stack: list[tuple[int, str]] = []
+    ranges: list[tuple[int, int | None, str]] = []
+    for _ in range(draw(st.integers(0, 12))):
+        t += draw(st.integers(0, 15))
+        if stack and draw(st.booleans()):
+            start, text = stack.pop()
+            ranges.append((start, t, text))
+        else:
+            stack.append((t, draw(st.sampled_from(PH))))
+    close = draw(st.booleans())
+    for start, text in reversed(stack):
+        t += draw(st.integers(0, 5))
+        ranges.append((start, t if close else None, text))
+    other = draw(
+        st.lists(
+            st.tuples(st.integers(0, 150), st.integers(0, 30), st.sampled_from(PH)), max_size=1
+        )
+    )
+    ops = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 150),  # launch time
+                st.integers(0, 40),  # delay to start
+                st.integers(0, 40),  # duration
+                st.integers(1, 3),  # stream
+                st.sampled_from(["ok", "ok", "missing", "other_tid", "other_pid"]),
+                st.sampled_from(["kernel", "memcpy"]),
+            ),
+            max_size=6,
+        )
+    )
+    req = draw(st.one_of(st.none(), st.tuples(st.integers(0, 100), st.integers(0, 150))))
+    return {"ranges": ranges, "other": [(s, s + d, p) for s, d, p in other], "ops": ops, "req": req}
+
+
+def _innermost(ranges: list[tuple[int, int | None, str]], at: int) -> str | None:
+    inside = [(i, r) for i, r in enumerate(ranges) if r[0] <= at and (r[1] is None or at < r[1])]
+    if not inside:
+        return None
+    # properly nested: the innermost has the latest start, then the earliest end; identical
+    # intervals nest in row order (the later row inside), as the ingester's depth has it
+    return max(
+        inside, key=lambda ir: (ir[1][0], -(ir[1][1] if ir[1][1] is not None else 10**9), ir[0])
+    )[1][2]
+
+
+def _reference(spec: dict) -> tuple[int, int, dict[str, Fraction], list[str]]:
+    main, other = spec["ranges"], spec["other"]
+    count = lambda rs: sum(1 for r in rs if r[1] is None or r[1] > r[0])  # noqa: E731
+    driver = main if count(main) >= count(other) else other
+    if count(driver) == 0:
+        driver = []
+    ops = []
+    for corr, (launch, delay, dur, _stream, how, _kind) in enumerate(spec["ops"], start=1):
+        s, e = launch + delay, launch + delay + dur
+        if how == "other_pid":
+            continue
+        if how == "missing":
+            phase = "unattributed_gpu"
+        else:
+            phase = _innermost(main if how == "ok" else other, launch) or "unannotated"
+        ops.append((s, e, phase, corr))
+    if spec["req"] is not None:
+        ws, we = spec["req"][0], spec["req"][0] + spec["req"][1]
+    else:
+        pts = [r[0] for r in main + other] + [
+            r[1] if r[1] is not None else r[0] for r in main + other
+        ]
+        pts += [p for o in ops for p in o[:2]]
+        ws, we = (min(pts), max(pts)) if pts else (0, 0)
+    wall: dict[str, Fraction] = {}
+    for at in range(ws, we):
+        running = {o[2] for o in ops if o[0] <= at < o[1]}
+        if running:
+            for p in running:
+                wall[p] = wall.get(p, Fraction(0)) + Fraction(1, len(running))
+        else:
+            p = _innermost(driver, at) or "unannotated"
+            wall[p] = wall.get(p, Fraction(0)) + 1
+    return ws, we, wall, [o[2] for o in sorted(ops, key=lambda o: o[3])]
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(spec=_traces())
+def test_property_exclusive_times_sum_to_the_window(tmp_path: Path, spec: dict) -> None:
+    b = _builder()
+    b.process(2, "other")
+    b.thread(1, 2, "worker")
+    for s, e, text in spec["ranges"]:
+        _pp(b, s, e, text)
+    for s, e, text in spec["other"]:
+        _pp(b, s, e, text, tid=2)
+    if spec["req"] is not None:
+        _request(b, spec["req"][0], spec["req"][0] + spec["req"][1])
+    for corr, (launch, delay, dur, stream, how, kind) in enumerate(spec["ops"], start=1):
+        pid = 2 if how == "other_pid" else 1
+        if how != "missing":
+            b.runtime(
+                launch,
+                launch + 1,
+                "cudaLaunchKernel",
+                corr,
+                pid=pid,
+                tid=2 if how == "other_tid" else 1,
+            )
+        s, e = launch + delay, launch + delay + dur
+        if kind == "kernel":
+            b.kernel(s, e, f"k{corr}", corr, pid=pid, stream=stream)
+        else:
+            b.memcpy(s, e, 8, corr, pid=pid, stream=stream)
+    with _open(b, tmp_path, "prop.sqlite") as t:
+        ops = gpu_ops_with_phase(t).filter(pl.col("pid") == 1).sort("correlation_id")
+        pb = exclusive_phase_times(t, pid=1)
+    ws, we, wall, op_phases = _reference(spec)
+    assert ops["phase"].to_list() == op_phases
+    assert (pb.window_start_ns, pb.window_end_ns) == (ws, we)
+    _check_invariants(pb)
+    got = dict(zip(pb.frame["phase"], pb.frame["wall_ns"], strict=True))
+    for phase in set(got) | set(wall):
+        assert abs(got.get(phase, 0) - wall.get(phase, Fraction(0))) < 1, phase
+    busy = {
+        at
+        for o in spec["ops"]
+        if o[4] != "other_pid"
+        for at in range(max(ws, o[0] + o[1]), min(we, o[0] + o[1] + o[2]))
+    }
+    assert pb.gpu_union_ns == len(busy) == pb.frame["gpu_wall_ns"].sum()
