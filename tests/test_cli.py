@@ -76,3 +76,15 @@ def test_no_cache_flag(isolated_cache: Path) -> None:
     done = run_cli("--no-cache", "info", str(TRACE))
     assert done.returncode == 0 and "not used" in done.stdout
     assert list(isolated_cache.iterdir()) == []
+
+
+def test_phases_text_and_json() -> None:
+    done = run_cli("phases", str(TRACE))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1].split()[0] == "total" and lines[-1].endswith("100.0%")
+    assert any(line.startswith("draft ") for line in lines)
+    doc = json.loads(run_cli("phases", "--json", str(TRACE)).stdout)
+    assert sum(p["wall_ns"] for p in doc["phases"].values()) == doc["window_ns"] > 0
+    assert abs(sum(p["share"] for p in doc["phases"].values()) - 1.0) < 1e-9
+    assert doc["phases"]["verify"]["wall_ns"] > 0 and doc["phases"]["forward"]["wall_ns"] == 0

@@ -29,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from specnsys import __version__
-    from specnsys.cli import info, profile, sql
+    from specnsys.cli import info, phases, profile, sql
 
     parser = _Parser(
         prog="specnsys",
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     info.register(sub)
     sql.register(sub)
+    phases.register(sub)
     profile.register(sub)
     return parser
 

@@ -1,0 +1,29 @@
+"""``specnsys phases TRACE``: the exclusive phase breakdown (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+import argparse
+
+from specnsys.attribution.timeline import exclusive_phase_times
+from specnsys.errors import BadInputError
+from specnsys.ingest import open_trace
+from specnsys.report.phases_text import render_phases_json, render_phases_text
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("phases", help="exclusive wall time per phase, summing to the window")
+    p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
+    p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
+    p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_trace(args.trace, use_cache=not args.no_cache) as trace:
+        breakdown = exclusive_phase_times(trace, pid=args.pid)
+    if breakdown.window_ns <= 0:
+        raise BadInputError(
+            f"{args.trace}: nothing to attribute (no phase ranges or GPU work in the window)"
+        )
+    print(render_phases_json(breakdown) if args.json else render_phases_text(breakdown))
+    return 0
