@@ -82,9 +82,24 @@ def test_phases_text_and_json() -> None:
     done = run_cli("phases", str(TRACE))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[-1].split()[0] == "total" and lines[-1].endswith("100.0%")
+    total = [line for line in lines if line.startswith("total ")]
+    assert len(total) == 1 and total[0].endswith("100.0%")
     assert any(line.startswith("draft ") for line in lines)
     doc = json.loads(run_cli("phases", "--json", str(TRACE)).stdout)
     assert sum(p["wall_ns"] for p in doc["phases"].values()) == doc["window_ns"] > 0
     assert abs(sum(p["share"] for p in doc["phases"].values()) - 1.0) < 1e-9
     assert doc["phases"]["verify"]["wall_ns"] > 0 and doc["phases"]["forward"]["wall_ns"] == 0
+
+
+def test_phases_says_gpu_columns_are_not_available_on_a_cpu_only_capture() -> None:
+    text = run_cli("phases", str(TRACE)).stdout
+    assert "GPU busy n/a" in text and "GPU columns: not available (no GPU activity" in text
+    doc = json.loads(run_cli("phases", "--json", str(TRACE)).stdout)
+    assert doc["gpu_union_ns"] is None and doc["phases"]["draft"]["gpu_busy_ns"] is None
+    assert set(doc["not_available"]) == {"gpu", "cuda_api"}
+
+
+def test_phases_unknown_pid_is_one_line_and_status_2() -> None:
+    done = run_cli("phases", "--pid", "9", str(TRACE))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "process 9 has no phase ranges" in done.stderr

@@ -21,9 +21,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
         breakdown = exclusive_phase_times(trace, pid=args.pid)
+        caps = trace.summary.capabilities
     if breakdown.window_ns <= 0:
+        who = f"process {args.pid} has" if args.pid is not None else "the trace has"
         raise BadInputError(
-            f"{args.trace}: nothing to attribute (no phase ranges or GPU work in the window)"
+            f"{args.trace}: nothing to attribute ({who} no phase ranges or GPU work)"
         )
-    print(render_phases_json(breakdown) if args.json else render_phases_text(breakdown))
+    not_available = {
+        key: caps[cap].reason
+        for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))
+        if not caps[cap].available
+    }
+    render = render_phases_json if args.json else render_phases_text
+    print(render(breakdown, not_available))
     return 0

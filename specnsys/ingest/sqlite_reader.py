@@ -143,11 +143,6 @@ class SqliteExport:
             self._tables[table] = cached
         return list(cached)
 
-    def count(self, table: str) -> int:
-        if table not in self._tables:
-            return 0
-        return int(self._query(f"SELECT count(*) FROM {_quote(table)}")[0][0])
-
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         """Run a small query (metadata, counts) and return its rows."""
         return self._query(sql, params)
@@ -157,16 +152,6 @@ class SqliteExport:
             return self._con.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
             raise BadInputError(f"{self.path}: unreadable SQLite file: {exc}") from None
-
-    def read_table(
-        self, table: str, columns: Sequence[RawColumn], *, with_rowid: bool = False
-    ) -> pa.Table:
-        """Read *columns* of *table* into Arrow with types fixed by ``RawColumn.kind``.
-
-        Columns the table lacks come back as all-NULL columns of the requested type, so callers
-        see one layout whatever the nsys version.
-        """
-        return self.read_tables([(table, tuple(columns), with_rowid)])[0]
 
     def read_tables(
         self, requests: Sequence[tuple[str, Sequence[RawColumn], bool]]

@@ -9,30 +9,51 @@ import json
 
 from specnsys.attribution.timeline import PhaseBreakdown
 
+GPU_COLUMNS = ("gpu_wall_ns", "gpu_busy_ns", "kernels")
+API_COLUMNS = ("launches",)
 
-def phases_dict(b: PhaseBreakdown) -> dict[str, object]:
-    """The JSON document of ``specnsys phases --json``."""
+
+def phases_dict(
+    b: PhaseBreakdown, not_available: dict[str, str] | None = None
+) -> dict[str, object]:
+    """The JSON document of ``specnsys phases --json``.
+
+    *not_available* maps ``"gpu"``/``"cuda_api"`` to the reason the trace cannot support those
+    columns; they are then null, not zero (a CPU-only capture measured no GPU, it did not
+    measure an idle one).
+    """
+    na = not_available or {}
+    hidden = (GPU_COLUMNS if "gpu" in na else ()) + (API_COLUMNS if "cuda_api" in na else ())
     rows = b.frame.to_dicts()
+    for row in rows:
+        row.update(dict.fromkeys(hidden))
     return {
         "pid": b.pid,
         "window_start_ns": b.window_start_ns,
         "window_end_ns": b.window_end_ns,
         "window_ns": b.window_ns,
-        "gpu_union_ns": b.gpu_union_ns,
+        "gpu_union_ns": None if "gpu" in na else b.gpu_union_ns,
         "phases": {r.pop("phase"): r for r in rows},
+        "not_available": na,
     }
 
 
-def render_phases_json(b: PhaseBreakdown) -> str:
-    return json.dumps(phases_dict(b), indent=2)
+def render_phases_json(b: PhaseBreakdown, not_available: dict[str, str] | None = None) -> str:
+    return json.dumps(phases_dict(b, not_available), indent=2)
 
 
-def render_phases_text(b: PhaseBreakdown) -> str:
+def render_phases_text(b: PhaseBreakdown, not_available: dict[str, str] | None = None) -> str:
+    na = not_available or {}
     ms = 1e6
+
+    def num(value: int, hide: bool, fmt: str) -> str:
+        return "n/a" if hide else format(value, fmt)
+
+    gpu_busy = "n/a" if "gpu" in na else f"{b.gpu_union_ns / ms:.3f} ms"
     lines = [
         f"process {b.pid}: window {b.window_ns / ms:.3f} ms "
         f"({b.window_start_ns} to {b.window_end_ns} ns on the session clock); "
-        f"GPU busy {b.gpu_union_ns / ms:.3f} ms",
+        f"GPU busy {gpu_busy}",
         "exclusive wall time per phase (shares of the window; they sum to 100%)",
         "",
         f"{'phase':<18}{'wall ms':>11}{'share':>8}{'GPU busy ms':>13}{'kernels':>9}"
@@ -43,9 +64,14 @@ def render_phases_text(b: PhaseBreakdown) -> str:
             continue
         lines.append(
             f"{r['phase']:<18}{r['wall_ns'] / ms:>11.3f}{r['share']:>8.1%}"
-            f"{r['gpu_busy_ns'] / ms:>13.3f}{r['kernels']:>9,}{r['launches']:>10,}"
+            f"{num(r['gpu_busy_ns'] / ms, 'gpu' in na, '.3f'):>13}"
+            f"{num(r['kernels'], 'gpu' in na, ','):>9}{num(r['launches'], 'cuda_api' in na, ','):>10}"
             f"{r['cpu_inclusive_ns'] / ms:>13.3f}"
         )
     total = int(b.frame["wall_ns"].sum())
-    lines.append(f"{'total':<18}{total / ms:>11.3f}{total / b.window_ns if b.window_ns else 0:>8.1%}")
+    lines.append(
+        f"{'total':<18}{total / ms:>11.3f}{total / b.window_ns if b.window_ns else 0:>8.1%}"
+    )
+    for what, reason in na.items():
+        lines.append(f"{'GPU columns' if what == 'gpu' else 'launches'}: not available ({reason})")
     return "\n".join(lines)
