@@ -25,11 +25,12 @@ ranges; a miss gives no phase). Zero-length ranges contain no instant and are ig
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from specnsys.annotate import DOMAIN, PHASES
+from specnsys.attribution.rules import REQUEST, PhaseRules, default_rules, resolve_rules
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -39,8 +40,10 @@ __all__ = [
     "UNATTRIBUTED_GPU",
     "gpu_ops_sql",
     "gpu_ops_with_phase",
+    "mapped_nvtx_sql",
     "phase_lookup_sql",
     "phase_ranges_sql",
+    "rules_for",
 ]
 
 UNANNOTATED = "unannotated"
@@ -50,26 +53,35 @@ UNATTRIBUTED_GPU = "unattributed_gpu"
 """Phase of a GPU op whose launching runtime call is not in the trace."""
 
 
-def phase_ranges_sql() -> str:
-    """SELECT of the phase ranges (``$domain``, ``$phases`` parameters): push/pop ranges only."""
-    return """
-        SELECT id, global_tid AS gtid, pid, start AS s, "end" AS e, text AS phase, depth
+def mapped_nvtx_sql(rules: PhaseRules) -> str:
+    """SELECT of the NVTX ranges with their mapped ``phase`` (NULL when no rule matches)."""
+    return f"""
+        SELECT id, global_tid AS gtid, pid, start AS s, "end" AS e, kind, depth,
+               {rules.phase_sql()} AS phase
         FROM nvtx
-        WHERE kind = 'push_pop' AND domain = $domain AND list_contains($phases, text)
-          AND start IS NOT NULL AND global_tid IS NOT NULL
-          AND ("end" IS NULL OR "end" > start)
+        WHERE kind IN ('push_pop', 'start_end') AND start IS NOT NULL
     """
 
 
-def phase_lookup_sql(points: str) -> str:
+def phase_ranges_sql(rules: PhaseRules) -> str:
+    """SELECT of the phase ranges under *rules*: mapped push/pop ranges of known threads."""
+    return f"""
+        SELECT id, gtid, pid, s, e, phase, depth
+        FROM ({mapped_nvtx_sql(rules)})
+        WHERE kind = 'push_pop' AND phase IS NOT NULL AND phase <> '{REQUEST}'
+          AND gtid IS NOT NULL AND (e IS NULL OR e > s)
+    """
+
+
+def phase_lookup_sql(points: str, rules: PhaseRules) -> str:
     """SQL adding ``phase`` (innermost open phase range, NULL if none) to every row of *points*.
 
     *points* is a SELECT with columns ``_gtid`` (thread) and ``_t`` (time) among others; the
-    result has all of its columns plus ``phase``. Parameters: ``$domain``, ``$phases``.
+    result has all of its columns plus ``phase``, under the name-mapping *rules*.
     """
     return f"""
     WITH pts AS (SELECT row_number() OVER () AS _qid, * FROM ({points})),
-    pr AS ({phase_ranges_sql()}),
+    pr AS ({phase_ranges_sql(rules)}),
     ev AS (
         SELECT gtid, s AS t, 1 AS d, 1 AS is_start, s, e, phase, depth, id FROM pr
         UNION ALL
@@ -105,8 +117,8 @@ def phase_lookup_sql(points: str) -> str:
     """
 
 
-def gpu_ops_sql() -> str:
-    """SELECT of every GPU op with its launch call and phase (``$domain``, ``$phases``)."""
+def gpu_ops_sql(rules: PhaseRules) -> str:
+    """SELECT of every GPU op with its launch call and phase under *rules*."""
     points = """
         WITH ops AS (
             SELECT 'kernel' AS op_kind, start, "end", device_id, stream_id, correlation_id,
@@ -136,16 +148,16 @@ def gpu_ops_sql() -> str:
         SELECT * EXCLUDE (_gtid, _t, phase), _gtid AS api_global_tid,
                CASE WHEN api_start IS NULL THEN '{UNATTRIBUTED_GPU}'
                     ELSE coalesce(phase, '{UNANNOTATED}') END AS phase
-        FROM ({phase_lookup_sql(points)})
+        FROM ({phase_lookup_sql(points, rules)})
     """
 
 
-def params(phases: Sequence[str], domain: str) -> dict[str, Any]:
-    return {"phases": list(phases), "domain": domain}
-
-
 def gpu_ops_with_phase(
-    trace: Trace, phases: Sequence[str] = PHASES, domain: str = DOMAIN
+    trace: Trace,
+    phases: Sequence[str] = PHASES,
+    domain: str = DOMAIN,
+    *,
+    rules: PhaseRules | str | None = None,
 ) -> pl.DataFrame:
     """Every kernel, memcpy and memset of *trace* with the phase it was launched in.
 
@@ -156,6 +168,17 @@ def gpu_ops_with_phase(
     ``unannotated`` when none was open, ``unattributed_gpu`` when the runtime row is missing.
     Runtime rows are restricted to ``event_class IN (0, 1)`` and not ``is_backtrace``, and one
     call is taken per ``(pid, correlation_id)``, so every op appears exactly once.
+
+    Phases are *rules* (a :class:`PhaseRules`, a built-in set's name or a TOML path) when
+    given, else specnsys's own convention: ranges of *domain* named one of *phases*.
     """
-    sql = f'SELECT * FROM ({gpu_ops_sql()}) ORDER BY start, "end", op_kind, correlation_id'
-    return trace.connection.sql(sql, params=params(phases, domain)).pl()
+    mapping = rules_for(phases, domain, rules)
+    sql = f'SELECT * FROM ({gpu_ops_sql(mapping)}) ORDER BY start, "end", op_kind, correlation_id'
+    return trace.connection.sql(sql).pl()
+
+
+def rules_for(phases: Sequence[str], domain: str, rules: PhaseRules | str | None) -> PhaseRules:
+    """The rules in force: explicit *rules*, else the specnsys convention for *phases*/*domain*."""
+    if rules is None:
+        return default_rules(phases, domain)
+    return resolve_rules(rules)

@@ -36,10 +36,12 @@ from specnsys.attribution.launch import (
     UNANNOTATED,
     UNATTRIBUTED_GPU,
     gpu_ops_with_phase,
-    params,
+    mapped_nvtx_sql,
     phase_lookup_sql,
     phase_ranges_sql,
+    rules_for,
 )
+from specnsys.attribution.rules import REQUEST, PhaseRules
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -76,23 +78,26 @@ class PhaseBreakdown:
     driver_global_tid: int | None = None
     gpu_union_ns: int = 0
     """Union of all GPU activity of the process within the window."""
+    rules: str = "specnsys"
+    """Name of the name-mapping rule set the phases come from."""
+    unclosed_ranges: int = 0
+    """Phase ranges on the driver thread with no end in the trace, counted to the window end."""
 
     @property
     def window_ns(self) -> int:
         return self.window_end_ns - self.window_start_ns
 
 
-def _one(trace: Trace, sql: str, prm: dict[str, Any]) -> tuple | None:
+def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple | None:
     rows = trace.connection.execute(sql, prm).fetchall()
     return rows[0] if rows else None
 
 
-def _choose_pid(trace: Trace, ops: pl.DataFrame, prm: dict[str, Any]) -> int | None:
+def _choose_pid(trace: Trace, ops: pl.DataFrame, rules: PhaseRules) -> int | None:
     row = _one(
         trace,
-        f"SELECT pid FROM ({phase_ranges_sql()}) WHERE pid IS NOT NULL "
+        f"SELECT pid FROM ({phase_ranges_sql(rules)}) WHERE pid IS NOT NULL "
         "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
-        prm,
     )
     if row is not None:
         return int(row[0])
@@ -108,9 +113,7 @@ def _choose_pid(trace: Trace, ops: pl.DataFrame, prm: dict[str, Any]) -> int | N
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _window(
-    trace: Trace, ops: pl.DataFrame, pid: int | None, prm: dict[str, Any]
-) -> tuple[int, int]:
+def _window(trace: Trace, ops: pl.DataFrame, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
     if pid is None:
         return 0, 0
     span = _one(
@@ -130,17 +133,16 @@ def _window(
     span_start, span_end = min(starts), max(ends)
     req = _one(
         trace,
-        """SELECT min(start), max(coalesce("end", $span_end)), count(*) FROM nvtx
-           WHERE pid = $pid AND text = 'request' AND domain = $domain
-             AND kind IN ('push_pop', 'start_end') AND start IS NOT NULL""",
-        {"pid": pid, "domain": prm["domain"], "span_end": span_end},
+        f"""SELECT min(s), max(coalesce(e, $span_end)), count(*)
+            FROM ({mapped_nvtx_sql(rules)}) WHERE pid = $pid AND phase = '{REQUEST}'""",
+        {"pid": pid, "span_end": span_end},
     )
     if req is not None and req[2]:
         return int(req[0]), max(int(req[0]), int(req[1]))
     return span_start, span_end
 
 
-def _sweep_ctes(ops_name: str) -> str:
+def _sweep_ctes(ops_name: str, rules: PhaseRules) -> str:
     """CTEs ``islands`` and ``seg`` (t, t_next, n, len, f) of the sweep; see module docs."""
     return f"""
     ops AS (
@@ -161,7 +163,7 @@ def _sweep_ctes(ops_name: str) -> str:
     islands AS (SELECT phase, min(s) AS a, max(e) AS b FROM isl1 GROUP BY phase, grp),
     cpu_r AS (
         SELECT greatest(s, $ws) AS s, least(coalesce(e, $we), $we) AS e
-        FROM ({phase_ranges_sql()})
+        FROM ({phase_ranges_sql(rules)})
         WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws
     ),
     bnd AS (
@@ -208,27 +210,32 @@ def exclusive_phase_times(
     phases: Sequence[str] = PHASES,
     domain: str = DOMAIN,
     pid: int | None = None,
+    *,
+    rules: PhaseRules | str | None = None,
 ) -> PhaseBreakdown:
     """Exclusive wall time per phase of process *pid* (DESIGN.md section 4, rule 2).
 
-    *pid* defaults to the process with the most phase ranges (or, without any, the most GPU
-    ops). The window runs from its first ``request`` start to its last ``request`` end, or
-    spans its NVTX ranges and GPU ops when it has no ``request`` range. The driver thread is
-    its thread with the most phase ranges. See :class:`PhaseBreakdown` for the columns.
+    Phases are named by *rules* (a :class:`PhaseRules`, a built-in set's name or a TOML path;
+    see :mod:`.rules`) or, by default, by specnsys's convention: push/pop ranges of *domain*
+    named one of *phases*. *pid* defaults to the process with the most phase ranges (or,
+    without any, the most GPU ops). The window runs from its first ``request`` start to its
+    last ``request`` end, or spans its NVTX ranges and GPU ops when it has no ``request``
+    range. The driver thread is its thread with the most phase ranges. See
+    :class:`PhaseBreakdown` for the columns.
     """
     con = trace.connection
-    prm = params(phases, domain)
-    all_ops = gpu_ops_with_phase(trace, phases, domain)
+    mapping = rules_for(phases, domain, rules)
+    all_ops = gpu_ops_with_phase(trace, rules=mapping)
     if pid is None:
-        pid = _choose_pid(trace, all_ops, prm)
-    ws, we = _window(trace, all_ops, pid, prm)
+        pid = _choose_pid(trace, all_ops, mapping)
+    ws, we = _window(trace, all_ops, pid, mapping)
     row = None
     if pid is not None:
         row = _one(
             trace,
-            f"SELECT gtid FROM ({phase_ranges_sql()}) WHERE pid = $pid "
+            f"SELECT gtid FROM ({phase_ranges_sql(mapping)}) WHERE pid = $pid "
             "GROUP BY gtid ORDER BY count(*) DESC, gtid LIMIT 1",
-            {**prm, "pid": pid},
+            {"pid": pid},
         )
     gtid = None if row is None else int(row[0])
 
@@ -238,15 +245,23 @@ def exclusive_phase_times(
         & (pl.col("end") > ws)
         & (pl.col("end") > pl.col("start"))
     )
-    gpu_phase_count = ops["phase"].n_unique()
-    denom = math.lcm(*range(1, gpu_phase_count + 1)) if gpu_phase_count else 1
-    sweep_prm = {**prm, "pid": pid, "gtid": gtid, "ws": ws, "we": we, "D": denom}
+    sweep_prm: dict[str, Any] = {"pid": pid, "gtid": gtid, "ws": ws, "we": we, "D": 1}
 
     ops_name = f"_specnsys_ops_{uuid.uuid4().hex}"
     con.register(ops_name, ops.select("phase", "start", "end", "pid").to_arrow())
     try:
+        sweep = _sweep_ctes(ops_name, mapping)
+        union_row = con.execute(
+            f"WITH {sweep} SELECT coalesce(sum(len) FILTER (WHERE n > 0), 0)::BIGINT, "
+            "coalesce(max(n), 0)::BIGINT FROM seg",
+            sweep_prm,
+        ).fetchall()
+        gpu_union, max_running = int(union_row[0][0]), int(union_row[0][1])
+        # Exact even splits need a common denominator of every running-phase count n that
+        # occurs: lcm(1..max n), not lcm(1..number of phases) (which overflows for many phases).
+        sweep_prm["D"] = math.lcm(*range(1, max_running + 1)) if max_running else 1
         gpu = con.sql(
-            f"""WITH {_sweep_ctes(ops_name)},
+            f"""WITH {sweep},
                 isl_f AS (
                     SELECT i.phase, i.b - i.a AS busy, fb.f - fa.f AS units
                     FROM islands i JOIN seg fa ON fa.t = i.a JOIN seg fb ON fb.t = i.b
@@ -258,32 +273,27 @@ def exclusive_phase_times(
                 FROM per""",
             params=sweep_prm,
         ).pl()
-        union_row = con.execute(
-            f"WITH {_sweep_ctes(ops_name)} SELECT coalesce(sum(len), 0)::BIGINT FROM seg "
-            "WHERE n > 0",
-            sweep_prm,
-        ).fetchall()
-        gpu_union = int(union_row[0][0])
         points = (
-            f"WITH {_sweep_ctes(ops_name)} SELECT $gtid::BIGINT AS _gtid, t AS _t, len, n "
-            "FROM seg WHERE len > 0"
+            f"WITH {sweep} SELECT $gtid::BIGINT AS _gtid, t AS _t, len, n FROM seg WHERE len > 0"
         )
         cpu = con.sql(
             f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase,
                        sum(len) FILTER (WHERE n = 0)::BIGINT AS cpu_wall_ns,
                        sum(len)::BIGINT AS cpu_exclusive_ns
-                FROM ({phase_lookup_sql(points)}) GROUP BY 1""",
+                FROM ({phase_lookup_sql(points, mapping)}) GROUP BY 1""",
             params=sweep_prm,
         ).pl()
     finally:
         con.unregister(ops_name)
 
+    window_prm = {"gtid": gtid, "ws": ws, "we": we}
     inclusive = con.sql(
         f"""SELECT phase, sum(least(coalesce(e, $we), $we) - greatest(s, $ws))::BIGINT
-                   AS cpu_inclusive_ns
-            FROM ({phase_ranges_sql()})
+                   AS cpu_inclusive_ns,
+                   count(*) FILTER (WHERE e IS NULL)::BIGINT AS unclosed
+            FROM ({phase_ranges_sql(mapping)})
             WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws GROUP BY phase""",
-        params={**prm, "gtid": gtid, "ws": ws, "we": we},
+        params=window_prm,
     ).pl()
     launch_points = """
         SELECT global_tid AS _gtid, start AS _t FROM runtime
@@ -292,8 +302,8 @@ def exclusive_phase_times(
     """
     launches = con.sql(
         f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase, count(*)::BIGINT AS launches
-            FROM ({phase_lookup_sql(launch_points)}) GROUP BY 1""",
-        params={**prm, "pid": pid, "ws": ws, "we": we},
+            FROM ({phase_lookup_sql(launch_points, mapping)}) GROUP BY 1""",
+        params={"pid": pid, "ws": ws, "we": we},
     ).pl()
     kernels = (
         ops.filter(pl.col("op_kind") == "kernel")
@@ -301,14 +311,12 @@ def exclusive_phase_times(
         .agg(pl.len().cast(_I64).alias("kernels"))
     )
 
-    names = list(dict.fromkeys([*phases, UNANNOTATED]))
-    if UNATTRIBUTED_GPU in set(all_ops.filter(pl.col("pid") == pid)["phase"].to_list()):
-        names.append(UNATTRIBUTED_GPU)
-    for extra in (gpu["phase"].to_list(), cpu["phase"].to_list()):
-        names.extend(p for p in extra if p not in names)  # defensive: never drop time
-
-    frame = pl.DataFrame({"phase": names}, schema={"phase": pl.String})
-    for part in (gpu, cpu, inclusive, launches, kernels):
+    parts = (gpu, cpu, inclusive, launches, kernels)
+    frame = pl.DataFrame(
+        {"phase": _phase_order(mapping, parts, UNATTRIBUTED_GPU in set(ops["phase"].to_list()))},
+        schema={"phase": pl.String},
+    )
+    for part in parts:
         frame = frame.join(part, on="phase", how="left", maintain_order="left")
     frame = frame.with_columns(
         pl.col(c).fill_null(0).cast(_I64)
@@ -319,6 +327,7 @@ def exclusive_phase_times(
             "cpu_wall_ns",
             "cpu_exclusive_ns",
             "cpu_inclusive_ns",
+            "unclosed",
             "launches",
             "kernels",
         )
@@ -328,6 +337,7 @@ def exclusive_phase_times(
     frame = frame.with_columns(gpu_wall.alias("gpu_wall_ns")).with_columns(
         (pl.col("gpu_wall_ns") + pl.col("cpu_wall_ns")).alias("wall_ns")
     )
+    unclosed = int(frame["unclosed"].sum())
     frame = frame.with_columns(
         (pl.col("wall_ns") / window_ns if window_ns > 0 else pl.lit(0.0)).alias("share")
     ).select(
@@ -342,4 +352,25 @@ def exclusive_phase_times(
         "cpu_inclusive_ns",
         "cpu_exclusive_ns",
     )
-    return PhaseBreakdown(ws, we, frame, pid, gtid, gpu_union)
+    return PhaseBreakdown(ws, we, frame, pid, gtid, gpu_union, mapping.name, unclosed)
+
+
+def _phase_order(
+    rules: PhaseRules, parts: Sequence[pl.DataFrame], has_unattributed: bool
+) -> list[str]:
+    """Rows of the breakdown: declared phases, then ``unannotated`` (and ``unattributed_gpu``),
+    then phases found only in this trace (``{name}`` rules) by descending wall time."""
+    names = list(dict.fromkeys([*rules.phases, UNANNOTATED]))
+    if has_unattributed:
+        names.append(UNATTRIBUTED_GPU)
+    seen = set(names)
+    found: dict[str, int] = {}
+    for part in parts:  # every phase with any figure gets a row: never drop time
+        cols = [c for c in ("floor_ns", "cpu_wall_ns", "cpu_inclusive_ns") if c in part.columns]
+        for row in part.iter_rows(named=True):
+            phase = row["phase"]
+            if phase in seen:
+                continue
+            found[phase] = found.get(phase, 0) + sum(int(row[c] or 0) for c in cols)
+    extra = sorted(found, key=lambda p: (-found[p], p))
+    return names + extra

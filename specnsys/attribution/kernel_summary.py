@@ -1,0 +1,42 @@
+"""Per-kernel time summary, the semantics of NVIDIA's ``nsys stats -r gpukernsum``.
+
+Kernels are grouped by demangled name, grid and block dimensions, as NVIDIA's report does;
+``share`` is the kernel's fraction of the summed kernel time of the trace (not of wall time:
+kernels on different streams overlap, so this is the denominator NVIDIA uses and says so).
+tests/test_projection.py checks the figures against ``nsys stats`` on the real corpus.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from specnsys.ingest import Trace
+
+__all__ = ["kernel_summary"]
+
+_SQL = """
+SELECT coalesce(demangled_name, short_name) AS name,
+       grid_x, grid_y, grid_z, block_x, block_y, block_z,
+       sum("end" - start)::BIGINT AS total_ns,
+       count(*)::BIGINT AS instances,
+       avg("end" - start) AS avg_ns,
+       median("end" - start) AS median_ns,
+       min("end" - start)::BIGINT AS min_ns,
+       max("end" - start)::BIGINT AS max_ns,
+       stddev_samp("end" - start) AS stddev_ns
+FROM kernels
+GROUP BY ALL
+"""
+
+
+def kernel_summary(trace: Trace) -> pl.DataFrame:
+    """One row per (kernel name, grid, block), largest total time first, with its share."""
+    frame = trace.connection.sql(_SQL).pl()
+    total = frame["total_ns"].sum() if frame.height else 0
+    share = pl.col("total_ns") / total if total else pl.lit(0.0)
+    return frame.with_columns(share.alias("share")).sort(
+        ["total_ns", "name"], descending=[True, False]
+    )

@@ -1,0 +1,353 @@
+"""The data of the timeline figure: one decode step (or any window) as lanes.
+
+A performance engineer looks at one step of the loop to see *why* the GPU is idle: the CPU
+phase ranges on the driver thread, the CUDA API calls it makes, and the GPU work those calls
+launched (coloured by the phase they were launched in, DESIGN.md section 4 rule 1), side by
+side, so the asynchronous overlap and the idle gaps are visible. This module computes that
+data from the trace (DuckDB SQL over the model tables); the renderer in
+:mod:`specnsys.report.plots.timeline` only draws it.
+
+Window: by default the decode step of median duration on the driver thread (a typical step,
+not the first one, which pays warm-up), extended to the end of the last GPU op launched inside
+it, so work that outlives the step on the host is shown whole. ``step`` picks another decode
+step; ``start_ns``/``end_ns`` pick any window on the session clock. All times in the result
+are nanoseconds relative to the window start.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from specnsys.annotate import DOMAIN, PHASES
+from specnsys.attribution.launch import (
+    UNANNOTATED,
+    gpu_ops_with_phase,
+    phase_lookup_sql,
+    phase_ranges_sql,
+    rules_for,
+)
+from specnsys.attribution.timeline import exclusive_phase_times
+from specnsys.errors import BadInputError, UsageError
+
+if TYPE_CHECKING:
+    from specnsys.attribution.rules import PhaseRules
+    from specnsys.ingest import Trace
+
+__all__ = ["STEP_PHASE", "TimelineLanes", "timeline_lanes"]
+
+STEP_PHASE = "decode"
+"""The phase whose ranges are the steps a timeline window is chosen from."""
+
+_OPEN_END = 9_223_372_036_854_775_807  # an unclosed range stays open (to +infinity)
+
+
+@dataclass(frozen=True)
+class TimelineLanes:
+    """Everything the timeline figure draws, for one window of one process.
+
+    * ``cpu`` -- phase ranges on the driver thread clipped to the window: ``phase``,
+      ``start_ns``, ``end_ns``, ``level`` (0 = outermost phase range, 1 = nested in one, ...);
+    * ``api`` -- CUDA runtime/driver calls on the driver thread: ``name``, ``phase`` (the
+      innermost phase open when the call started), ``start_ns``, ``end_ns``;
+    * ``gpu`` -- kernels, memcpys and memsets of the process: ``lane`` ("GPU d · stream s"),
+      ``op_kind``, ``name``, ``phase`` (launch phase), ``start_ns``, ``end_ns``;
+    * ``gpu_gaps`` -- the window minus the union of all GPU work: ``start_ns``, ``end_ns``,
+      ``cpu_phase`` (the driver thread's innermost phase for most of the gap);
+    * ``cpu_exclusive_ns`` -- per phase, time it is the innermost open range on the driver
+      thread within the window (sums to the window with ``unannotated``);
+    * ``gpu_busy_ns`` -- union of GPU work within the window (None when the trace has none);
+    * ``not_available`` -- lane -> reason, for lanes the capture cannot fill.
+    """
+
+    pid: int
+    driver_tid: int | None
+    window_start_ns: int
+    window_end_ns: int
+    label: str
+    steps: int
+    cpu: pl.DataFrame
+    api: pl.DataFrame
+    gpu: pl.DataFrame
+    gpu_gaps: pl.DataFrame
+    cpu_exclusive_ns: dict[str, int]
+    gpu_busy_ns: int | None
+    gpu_busy_by_phase_ns: dict[str, int] = field(default_factory=dict)
+    not_available: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def window_ns(self) -> int:
+        return self.window_end_ns - self.window_start_ns
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (what :func:`specnsys.report.plots.timeline_data` takes)."""
+        return {
+            "pid": self.pid,
+            "driver_tid": self.driver_tid,
+            "window_start_ns": self.window_start_ns,
+            "window_end_ns": self.window_end_ns,
+            "window_ns": self.window_ns,
+            "label": self.label,
+            "steps": self.steps,
+            "cpu": self.cpu.to_dicts(),
+            "api": self.api.to_dicts(),
+            "gpu": self.gpu.to_dicts(),
+            "gpu_gaps": self.gpu_gaps.to_dicts(),
+            "cpu_exclusive_ns": self.cpu_exclusive_ns,
+            "gpu_busy_ns": self.gpu_busy_ns,
+            "gpu_busy_by_phase_ns": self.gpu_busy_by_phase_ns,
+            "not_available": self.not_available,
+        }
+
+
+def _rows(trace: Trace, sql: str, prm: dict[str, Any]) -> list[tuple]:
+    return trace.connection.execute(sql, prm).fetchall()
+
+
+def _choose_window(
+    trace: Trace,
+    rules: PhaseRules,
+    gtid: int,
+    ws: int,
+    we: int,
+    step: int | None,
+    ops: pl.DataFrame,
+) -> tuple[int, int, str, int]:
+    """(start, end, label, number of steps) of the step window; see the module docs."""
+    steps = _rows(
+        trace,
+        f"""SELECT s, coalesce(e, $we) FROM ({phase_ranges_sql(rules)})
+            WHERE gtid = $gtid AND phase = '{STEP_PHASE}' AND s >= $ws AND s < $we
+            ORDER BY s""",
+        {"gtid": gtid, "ws": ws, "we": we},
+    )
+    n = len(steps)
+    if n == 0:
+        if step is not None:
+            raise UsageError(f"--step {step}: the trace has no '{STEP_PHASE}' ranges")
+        return ws, we, f"whole window (no '{STEP_PHASE}' steps)", 0
+    if step is None:
+        by_length = sorted(range(n), key=lambda i: (steps[i][1] - steps[i][0], i))
+        index, how = by_length[(n - 1) // 2], "median duration"
+    elif 0 <= step < n:
+        index, how = step, "chosen"
+    else:
+        raise UsageError(f"--step {step}: the trace has {n} decode steps (0 to {n - 1})")
+    s, e = int(steps[index][0]), int(steps[index][1])
+    launched = ops.filter((pl.col("api_start") >= s) & (pl.col("api_start") < e))
+    tail = int(launched["end"].max()) if launched.height else e  # type: ignore[arg-type]
+    label = f"decode step {index + 1} of {n} ({how})"
+    if tail > e:
+        label += ", with the GPU work it launched"
+    return s, max(e, tail), label, n
+
+
+def timeline_lanes(
+    trace: Trace,
+    *,
+    step: int | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    pid: int | None = None,
+    rules: PhaseRules | str | None = None,
+    phases: Sequence[str] = PHASES,
+    domain: str = DOMAIN,
+) -> TimelineLanes:
+    """Lanes of one window of *trace* (see the module docs and :class:`TimelineLanes`).
+
+    *start_ns*/*end_ns* (session clock) override *step*; the process and its driver thread
+    are the ones :func:`exclusive_phase_times` analyzes.
+    """
+    mapping = rules_for(phases, domain, rules)
+    breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping)
+    gtid = breakdown.driver_global_tid
+    if breakdown.pid is None or gtid is None or breakdown.window_ns <= 0:
+        raise BadInputError(
+            f"{trace.path}: no phase ranges on any thread, so there is no timeline to draw"
+        )
+    pid = breakdown.pid
+    all_ops = gpu_ops_with_phase(trace, rules=mapping).filter(pl.col("pid") == pid)
+    if start_ns is not None or end_ns is not None:
+        ws = breakdown.window_start_ns if start_ns is None else int(start_ns)
+        we = breakdown.window_end_ns if end_ns is None else int(end_ns)
+        if we <= ws:
+            raise UsageError(f"empty timeline window: {ws} to {we} ns")
+        label, n_steps = f"{(we - ws) / 1e6:.3f} ms window", 0
+    else:
+        ws, we, label, n_steps = _choose_window(
+            trace, mapping, gtid, breakdown.window_start_ns, breakdown.window_end_ns, step,
+            all_ops,
+        )  # fmt: skip
+    prm = {"gtid": gtid, "ws": ws, "we": we, "open": _OPEN_END}
+    con = trace.connection
+
+    cpu = con.sql(
+        f"""WITH r AS (
+                SELECT id, s, coalesce(e, $open) AS e, phase FROM ({phase_ranges_sql(mapping)})
+                WHERE gtid = $gtid AND s < $we AND coalesce(e, $open) > $ws
+            )
+            SELECT r.phase, (greatest(r.s, $ws) - $ws)::BIGINT AS start_ns,
+                   (least(r.e, $we) - $ws)::BIGINT AS end_ns,
+                   (SELECT count(*) FROM r o
+                    WHERE o.id <> r.id AND o.s <= r.s AND o.e >= r.e
+                      AND (o.s < r.s OR o.e > r.e OR o.id < r.id))::INTEGER AS level
+            FROM r ORDER BY start_ns, level""",
+        params=prm,
+    ).pl()
+
+    # Elementary segments between CPU range boundaries, each owned by the innermost range.
+    segments_sql = f"""
+        WITH b AS (
+            SELECT greatest(s, $ws) AS t FROM ({phase_ranges_sql(mapping)})
+            WHERE gtid = $gtid AND s < $we AND coalesce(e, $open) > $ws
+            UNION SELECT least(coalesce(e, $open), $we) FROM ({phase_ranges_sql(mapping)})
+            WHERE gtid = $gtid AND s < $we AND coalesce(e, $open) > $ws
+            UNION SELECT $ws::BIGINT UNION SELECT $we::BIGINT
+        ),
+        seg AS (SELECT t, lead(t) OVER (ORDER BY t) AS t_next FROM b)
+        SELECT $gtid::BIGINT AS _gtid, t AS _t, t_next FROM seg WHERE t_next > t
+    """
+    segments = con.sql(
+        f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase, _t AS s, t_next AS e
+            FROM ({phase_lookup_sql(segments_sql, mapping)})""",
+        params=prm,
+    ).pl()
+    cpu_exclusive = {
+        str(r["phase"]): int(r["ns"])
+        for r in segments.group_by("phase")
+        .agg((pl.col("e") - pl.col("s")).sum().alias("ns"))
+        .sort("ns", descending=True)
+        .iter_rows(named=True)
+    }
+
+    caps = trace.summary.capabilities
+    not_available: dict[str, str] = {}
+    if not caps["cuda_api"].available:
+        not_available["api"] = caps["cuda_api"].reason
+        api = pl.DataFrame(
+            schema={"name": pl.String, "phase": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
+        )
+    else:
+        api_points = """
+            SELECT global_tid AS _gtid, start AS _t, start, "end", name FROM runtime
+            WHERE global_tid = $gtid AND start < $we AND "end" > $ws
+              AND event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
+        """
+        api = con.sql(
+            f"""SELECT name, coalesce(phase, '{UNANNOTATED}') AS phase,
+                       (greatest(start, $ws) - $ws)::BIGINT AS start_ns,
+                       (least("end", $we) - $ws)::BIGINT AS end_ns
+                FROM ({phase_lookup_sql(api_points, mapping)}) ORDER BY start_ns, end_ns""",
+            params=prm,
+        ).pl()
+
+    gpu_schema = {
+        "lane": pl.String,
+        "op_kind": pl.String,
+        "name": pl.String,
+        "phase": pl.String,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+    }
+    gap_schema = {"start_ns": pl.Int64, "end_ns": pl.Int64, "cpu_phase": pl.String}
+    if not caps["gpu_activity"].available:
+        not_available["gpu"] = caps["gpu_activity"].reason
+        return TimelineLanes(
+            pid, _tid(trace, gtid), ws, we, label, n_steps, cpu, api,
+            pl.DataFrame(schema=gpu_schema), pl.DataFrame(schema=gap_schema), cpu_exclusive,
+            None, {}, not_available,
+        )  # fmt: skip
+
+    gpu = all_ops.filter((pl.col("start") < we) & (pl.col("end") > ws)).select(
+        pl.format("GPU {} · stream {}", "device_id", "stream_id").alias("lane"),
+        "op_kind",
+        pl.col("name").cast(pl.String),
+        "phase",
+        (pl.max_horizontal("start", pl.lit(ws)) - ws).cast(pl.Int64).alias("start_ns"),
+        (pl.min_horizontal("end", pl.lit(we)) - ws).cast(pl.Int64).alias("end_ns"),
+    )
+    gpu = gpu.sort("lane", "start_ns", "end_ns")
+    gpu_name = f"_specnsys_lanes_gpu_{uuid.uuid4().hex}"
+    seg_name = f"_specnsys_lanes_seg_{uuid.uuid4().hex}"
+    con.register(gpu_name, gpu.to_arrow())
+    con.register(seg_name, segments.to_arrow())
+    try:
+        # Union of GPU work (gaps-and-islands over a running max of end), then its complement.
+        islands = f"""
+            WITH o AS (
+                SELECT start_ns AS s, end_ns AS e, max(end_ns) OVER (ORDER BY start_ns, end_ns
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
+                FROM {gpu_name} WHERE end_ns > start_ns
+            ),
+            g AS (SELECT *, sum(CASE WHEN prev_max IS NULL OR s > prev_max THEN 1 ELSE 0 END)
+                      OVER (ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp FROM o),
+            isl AS (SELECT min(s) AS a, max(e) AS b FROM g GROUP BY grp)
+        """
+        busy = con.execute(
+            f"{islands} SELECT coalesce(sum(b - a), 0)::BIGINT FROM isl"
+        ).fetchall()[0][0]
+        gaps = con.sql(
+            f"""{islands},
+                edges AS (
+                    SELECT a AS t, 1 AS kind FROM isl UNION ALL SELECT b, 0 FROM isl
+                    UNION ALL SELECT 0, 0 UNION ALL SELECT $len::BIGINT, 1
+                ),
+                ordered AS (SELECT t, kind, lead(t) OVER (ORDER BY t, kind) AS t_next,
+                                   lead(kind) OVER (ORDER BY t, kind) AS next_kind FROM edges),
+                gap AS (SELECT t AS start_ns, t_next AS end_ns FROM ordered
+                        WHERE kind = 0 AND next_kind = 1 AND t_next > t),
+                owner AS (
+                    SELECT gap.start_ns, gap.end_ns, sg.phase,
+                           sum(least(gap.end_ns, sg.e - $ws) - greatest(gap.start_ns, sg.s - $ws))
+                               AS overlap
+                    FROM gap JOIN {seg_name} sg
+                      ON sg.s - $ws < gap.end_ns AND sg.e - $ws > gap.start_ns
+                    GROUP BY ALL
+                )
+                SELECT gap.start_ns::BIGINT AS start_ns, gap.end_ns::BIGINT AS end_ns,
+                       arg_max(owner.phase, owner.overlap) AS cpu_phase
+                FROM gap LEFT JOIN owner USING (start_ns, end_ns)
+                GROUP BY ALL ORDER BY start_ns""",
+            params={"len": we - ws, "ws": ws},
+        ).pl()
+    finally:
+        con.unregister(gpu_name)
+        con.unregister(seg_name)
+    by_phase = _busy_by_phase(gpu)
+    return TimelineLanes(
+        pid, _tid(trace, gtid), ws, we, label, n_steps, cpu, api, gpu, gaps, cpu_exclusive,
+        int(busy), by_phase, not_available,
+    )  # fmt: skip
+
+
+def _busy_by_phase(gpu: pl.DataFrame) -> dict[str, int]:
+    """Per launch phase, the union of its GPU op intervals (overlaps counted once)."""
+    if gpu.height == 0:
+        return {}
+    merged = (
+        gpu.sort("phase", "start_ns", "end_ns")
+        .with_columns(
+            pl.col("end_ns").cum_max().shift(1).over("phase").alias("prev_max"),
+        )
+        .with_columns(
+            (pl.col("prev_max").is_null() | (pl.col("start_ns") > pl.col("prev_max")))
+            .cum_sum()
+            .over("phase")
+            .alias("grp")
+        )
+        .group_by("phase", "grp")
+        .agg(pl.col("start_ns").min().alias("a"), pl.col("end_ns").max().alias("b"))
+        .group_by("phase")
+        .agg((pl.col("b") - pl.col("a")).sum().alias("ns"))
+        .sort("ns", descending=True)
+    )
+    return {str(r["phase"]): int(r["ns"]) for r in merged.iter_rows(named=True)}
+
+
+def _tid(trace: Trace, gtid: int) -> int | None:
+    rows = _rows(trace, "SELECT any_value(tid) FROM nvtx WHERE global_tid = $g", {"g": gtid})
+    return None if not rows or rows[0][0] is None else int(rows[0][0])

@@ -1,0 +1,138 @@
+"""Per-NVTX-range GPU projection, the semantics of NVIDIA's ``nsys stats -r nvtxgpuproj``.
+
+This is the view of a trace *without* a phase vocabulary: for every NVTX range, which GPU work
+its CPU code launched and where that work ran. It follows NVIDIA's report so the numbers can be
+checked against it (tests/test_projection.py does, on the real corpus):
+
+* ranges: push/pop and start/end ranges that end on the thread that started them
+  (``end_global_tid IS NULL``); a range with no end runs to the last NVTX timestamp;
+* a GPU op (kernel, memcpy, memset) is *in* a range when the runtime call that launched it
+  (same correlation id, same process) lies fully inside the range on the same thread;
+  GPU execution time does not matter (the kernel may run long after the range closed);
+* projected start/end = first op start / last op end of the range's ops (a span, not busy
+  time), ``gpu_ops`` = distinct correlation ids; an op counts for every enclosing range;
+* ranges without GPU ops are not listed.
+
+Beyond NVIDIA's report each range also gets ``gpu_busy_ns``: the union of its ops' intervals,
+which is the time the GPU actually worked for it (the span can hide idle gaps).
+
+Method (no interval-pair join): calls of a thread are numbered in start order, so the calls
+inside ``[s, e]`` are a contiguous index run ``[i0, i1]`` found by two ASOF joins; the
+(range, call) pairs come from expanding that run with ``range(i0, i1 + 1)`` and an equi-join
+on (thread, index). The work is linear in the number of pairs -- the number of (call,
+enclosing range) incidences, which NVIDIA's definition has to count anyway.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from specnsys.ingest import Trace
+
+__all__ = ["nvtx_gpu_projection", "nvtx_gpu_projection_summary"]
+
+_PROJECTION_SQL = """
+WITH maxts AS (SELECT greatest(max(start), max("end")) AS m FROM nvtx),
+ops AS (
+    SELECT start, "end", correlation_id, pid FROM kernels
+    UNION ALL SELECT start, "end", correlation_id, pid FROM memcpy
+    UNION ALL SELECT start, "end", correlation_id, pid FROM memset
+),
+calls AS (
+    -- runtime rows that launched GPU work, numbered per thread in start order
+    SELECT DISTINCT r.global_tid AS gtid, r.start AS a_s, r."end" AS a_e,
+           r.correlation_id AS corr, r.pid
+    FROM runtime r SEMI JOIN ops o ON o.correlation_id = r.correlation_id AND o.pid = r.pid
+    WHERE r.start IS NOT NULL AND r."end" IS NOT NULL AND r.global_tid IS NOT NULL
+),
+calls_i AS (
+    SELECT *, row_number() OVER (PARTITION BY gtid ORDER BY a_s, a_e, corr) AS idx FROM calls
+),
+ranges AS (
+    SELECT n.id, n.global_tid AS gtid, n.pid, n.tid, n.kind, n.depth, n.start AS s,
+           coalesce(n."end", maxts.m) AS e,
+           CASE WHEN n.domain IS NOT NULL THEN n.domain || ':' || n.text ELSE n.text END
+               AS name
+    FROM nvtx n, maxts
+    WHERE n.kind IN ('push_pop', 'start_end') AND n.end_global_tid IS NULL
+      AND n.start IS NOT NULL AND n.global_tid IS NOT NULL
+),
+lo AS (
+    SELECT r.id, c.idx AS i0 FROM ranges r
+    ASOF JOIN calls_i c ON r.gtid = c.gtid AND r.s <= c.a_s
+),
+hi AS (
+    SELECT r.id, c.idx AS i1 FROM ranges r
+    ASOF JOIN calls_i c ON r.gtid = c.gtid AND r.e >= c.a_s
+),
+pairs AS (
+    SELECT r.id, r.gtid, r.e, unnest(range(lo.i0, hi.i1 + 1)) AS idx
+    FROM ranges r JOIN lo USING (id) JOIN hi USING (id)
+    WHERE lo.i0 <= hi.i1
+),
+inside AS (
+    -- (range, op) incidences: the op's launching call lies fully inside the range
+    SELECT DISTINCT p.id, c.corr, o.start AS s, o."end" AS e
+    FROM pairs p JOIN calls_i c ON c.gtid = p.gtid AND c.idx = p.idx
+    JOIN ops o ON o.correlation_id = c.corr AND o.pid = c.pid
+    WHERE c.a_e <= p.e
+),
+isl0 AS (
+    SELECT *, max(e) OVER (PARTITION BY id ORDER BY s, e
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
+    FROM inside
+),
+isl1 AS (
+    SELECT *, sum(CASE WHEN prev_max IS NULL OR s > prev_max THEN 1 ELSE 0 END)
+        OVER (PARTITION BY id ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
+    FROM isl0
+),
+busy AS (
+    SELECT id, sum(b - a)::BIGINT AS gpu_busy_ns
+    FROM (SELECT id, grp, min(s) AS a, max(e) AS b FROM isl1 GROUP BY id, grp) GROUP BY id
+),
+proj AS (
+    SELECT id, min(s) AS proj_start, max(e) AS proj_end, count(DISTINCT corr) AS gpu_ops
+    FROM inside GROUP BY id
+)
+SELECT r.id AS range_id, r.name, CASE r.kind WHEN 'push_pop' THEN 'PushPop'
+       ELSE 'StartEnd' END AS style, r.pid, r.tid, r.depth,
+       r.s AS start, r.e - r.s AS duration,
+       p.proj_start, p.proj_end - p.proj_start AS proj_duration, p.gpu_ops, busy.gpu_busy_ns
+FROM proj p JOIN ranges r USING (id) JOIN busy USING (id)
+ORDER BY r.s, r.id
+"""
+
+
+def nvtx_gpu_projection(trace: Trace) -> pl.DataFrame:
+    """One row per NVTX range with GPU work, as ``nsys stats -r nvtxgpuproj`` defines it.
+
+    Columns: ``range_id`` (the NVTX_EVENTS rowid, NVIDIA's RangeId), ``name`` (``domain:text``
+    for named domains), ``style`` (PushPop/StartEnd), ``pid``, ``tid``, ``depth`` (push/pop
+    nesting per thread and domain), ``start``/``duration`` (the CPU range), ``proj_start``/
+    ``proj_duration`` (span of its GPU ops), ``gpu_ops`` (distinct correlation ids), and
+    ``gpu_busy_ns`` (union of its ops' intervals).
+    """
+    return trace.connection.sql(_PROJECTION_SQL).pl()
+
+
+def nvtx_gpu_projection_summary(projection: pl.DataFrame) -> pl.DataFrame:
+    """Per range name: instances, CPU time, projected GPU span and busy time, GPU ops.
+
+    Sorted by total projected span, largest first; the summary NVIDIA's ``nvtx_gpu_proj_sum``
+    recipe gives, plus busy time.
+    """
+    return (
+        projection.group_by("name", "style")
+        .agg(
+            pl.len().alias("instances"),
+            pl.col("duration").sum().alias("cpu_ns"),
+            pl.col("proj_duration").sum().alias("proj_ns"),
+            pl.col("gpu_busy_ns").sum().alias("gpu_busy_ns"),
+            pl.col("gpu_ops").sum().alias("gpu_ops"),
+        )
+        .sort(["proj_ns", "name"], descending=[True, False])
+    )

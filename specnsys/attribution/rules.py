@@ -1,0 +1,238 @@
+"""Name-mapping rules: which NVTX ranges are phases, and which phase each one is.
+
+specnsys's own loop emits ranges named after the phase vocabulary in the ``specnsys`` domain
+(DESIGN.md section 3); engines with their own NVTX names (``"model_forward"``,
+``"spec_decode.verify"``, ...) are mapped onto the same vocabulary by a small TOML file::
+
+    # my_engine.toml
+    name = "my-engine"
+    extends = "specnsys"        # optional: keep specnsys's own ranges too
+
+    [[rule]]
+    phase = "verify"             # a phase of the vocabulary (or "request")
+    name = "^spec_decode\\.verify$"  # RE2 regex searched in the range text
+    domain = "^vllm$"            # optional RE2 regex searched in the domain name
+
+    [[rule]]
+    phase = "{name}"             # the range's own text becomes its phase
+    name = "^step_"
+
+Rules are tried in order; the first match names the range. Ranges no rule matches are ignored
+(time inside them goes to the enclosing phase, or to ``unannotated``). ``phase = "{name}"``
+takes the range's text as the phase, which is how the built-in ``nvtx`` set gives a plain
+per-NVTX-range breakdown for traces without any specnsys ranges. Phase names outside the
+vocabulary are refused (a typo would otherwise silently become "non-accelerable" time) unless
+the file says ``custom_phases = true``.
+
+Only push/pop ranges become phases: they nest per thread, which the innermost-range lookup of
+:mod:`.launch` relies on. A rule mapping to ``request`` may match push/pop or start/end ranges;
+those set the analysis window.
+
+The rules compile to one SQL ``CASE`` over the ``nvtx`` model table (DuckDB's RE2
+``regexp_matches``), so mapping costs one vectorized pass, never a Python loop over ranges.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from specnsys.annotate import DOMAIN, PHASES
+from specnsys.errors import BadInputError
+
+__all__ = [
+    "BUILTIN_RULES",
+    "NAME_PLACEHOLDER",
+    "REQUEST",
+    "PhaseRule",
+    "PhaseRules",
+    "builtin_rules",
+    "default_rules",
+    "load_rules",
+    "resolve_rules",
+]
+
+REQUEST = "request"
+"""The range that bounds one generation request; it sets the analysis window."""
+
+NAME_PLACEHOLDER = "{name}"
+"""A rule target meaning "the range's own text is its phase"."""
+
+_RULE_KEYS = {"phase", "name", "domain"}
+_FILE_KEYS = {"name", "extends", "custom_phases", "rule"}
+
+
+@dataclass(frozen=True)
+class PhaseRule:
+    """Map NVTX ranges whose text matches *name* and domain matches *domain* to *phase*.
+
+    ``None`` patterns match anything (including a missing domain name). Patterns are RE2
+    regular expressions searched anywhere in the string; anchor them with ``^...$``.
+    """
+
+    phase: str
+    name: str | None = None
+    domain: str | None = None
+
+
+@dataclass(frozen=True)
+class PhaseRules:
+    """An ordered rule list and the phase order the breakdown lists first."""
+
+    name: str
+    rules: tuple[PhaseRule, ...]
+    phases: tuple[str, ...]
+    """Declared phases in report order (named targets in rule order, vocabulary order first)."""
+    source: str = "built-in"
+
+    @property
+    def takes_range_names(self) -> bool:
+        """Whether some rule turns range texts into phases (so phases depend on the trace)."""
+        return any(r.phase == NAME_PLACEHOLDER for r in self.rules)
+
+    def phase_sql(self, text: str = "text", domain: str = "domain") -> str:
+        """A SQL expression giving the mapped phase of an ``nvtx`` row (NULL: not a phase)."""
+        arms = []
+        for rule in self.rules:
+            conds = [f"{text} IS NOT NULL"]
+            if rule.name is not None:
+                conds.append(f"regexp_matches({text}, {_literal(rule.name)})")
+            if rule.domain is not None:
+                conds.append(f"regexp_matches(coalesce({domain}, ''), {_literal(rule.domain)})")
+            target = text if rule.phase == NAME_PLACEHOLDER else _literal(rule.phase)
+            arms.append(f"WHEN {' AND '.join(conds)} THEN {target}")
+        if not arms:
+            return "CAST(NULL AS VARCHAR)"
+        return "CASE " + " ".join(arms) + " END"
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def default_rules(phases: Sequence[str] = PHASES, domain: str = DOMAIN) -> PhaseRules:
+    """specnsys's own convention: ranges of *domain* named after a phase (or ``request``)."""
+    names = [*phases, REQUEST]
+    alternation = "|".join(_re2_escape(p) for p in names)
+    rule = PhaseRule(NAME_PLACEHOLDER, f"^({alternation})$", f"^{_re2_escape(domain)}$")
+    return PhaseRules("specnsys", (rule,), tuple(phases))
+
+
+def _re2_escape(value: str) -> str:
+    return "".join("\\" + ch if not (ch.isalnum() or ch == "_") else ch for ch in value)
+
+
+def _nvtx_rules() -> PhaseRules:
+    """Every push/pop range is its own phase: NVTX projection for traces of any program."""
+    return PhaseRules("nvtx", (PhaseRule(NAME_PLACEHOLDER),), ())
+
+
+BUILTIN_RULES = {
+    "specnsys": default_rules,
+    "nvtx": _nvtx_rules,
+}
+"""Rule sets usable by name (``--rules specnsys``, ``--rules nvtx``)."""
+
+
+def builtin_rules(name: str) -> PhaseRules:
+    """The built-in rule set called *name*; BadInputError naming the choices otherwise."""
+    try:
+        return BUILTIN_RULES[name]()
+    except KeyError:
+        choices = ", ".join(sorted(BUILTIN_RULES))
+        raise BadInputError(f"unknown built-in rule set {name!r} (choose from {choices})") from None
+
+
+def resolve_rules(spec: str | Path | PhaseRules | None) -> PhaseRules:
+    """Rules from a built-in name, a TOML path, a PhaseRules, or None (the default set)."""
+    if spec is None:
+        return default_rules()
+    if isinstance(spec, PhaseRules):
+        return spec
+    if isinstance(spec, str) and spec in BUILTIN_RULES:
+        return builtin_rules(spec)
+    return load_rules(spec)
+
+
+def load_rules(path: str | Path) -> PhaseRules:
+    """Parse a rules TOML file (format in the module docs); one-line BadInputError if invalid."""
+    path = Path(path)
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInputError(f"{where}: rules file not found") from None
+    except IsADirectoryError:
+        raise BadInputError(f"{where}: is a directory, not a rules file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"{where}: cannot read rules file ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInputError(f"{where}: not valid TOML ({exc})") from None
+
+    unknown = set(data) - _FILE_KEYS
+    if unknown:
+        raise BadInputError(
+            f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_FILE_KEYS)})"
+        )
+    custom = data.get("custom_phases", False)
+    if not isinstance(custom, bool):
+        raise BadInputError(f"{where}: custom_phases must be true or false")
+    base: PhaseRules | None = None
+    if "extends" in data:
+        if not isinstance(data["extends"], str):
+            raise BadInputError(f"{where}: extends must name a built-in rule set")
+        base = builtin_rules(data["extends"])
+    raw_rules = data.get("rule", [])
+    if not isinstance(raw_rules, list) or not all(isinstance(r, dict) for r in raw_rules):
+        raise BadInputError(f"{where}: rules are written as [[rule]] tables")
+    if not raw_rules and base is None:
+        raise BadInputError(f"{where}: no [[rule]] tables and nothing extended: no phases")
+
+    allowed = {*PHASES, REQUEST, NAME_PLACEHOLDER}
+    rules: list[PhaseRule] = []
+    for number, raw in enumerate(raw_rules, start=1):
+        label = f"{where}: rule {number}"
+        extra = set(raw) - _RULE_KEYS
+        if extra:
+            raise BadInputError(
+                f"{label}: unknown key(s) {sorted(extra)} (allowed: phase, name, domain)"
+            )
+        phase = raw.get("phase")
+        if not isinstance(phase, str) or not phase.strip():
+            raise BadInputError(f"{label}: 'phase' must be a non-empty string")
+        if phase not in allowed and not custom:
+            raise BadInputError(
+                f"{label}: {phase!r} is not a phase of the vocabulary ({', '.join(PHASES)}, "
+                "request); set custom_phases = true to allow other names"
+            )
+        patterns = {}
+        for key in ("name", "domain"):
+            value = raw.get(key)
+            if value is not None and not isinstance(value, str):
+                raise BadInputError(f"{label}: '{key}' must be a regex string")
+            if value is not None:
+                _check_regex(value, f"{label}: '{key}'")
+            patterns[key] = value
+        rules.append(PhaseRule(phase, patterns["name"], patterns["domain"]))
+
+    all_rules = (*(base.rules if base else ()), *rules)
+    named = [r.phase for r in all_rules if r.phase not in (NAME_PLACEHOLDER, REQUEST)]
+    declared = [*(base.phases if base else ()), *named]
+    vocab_first = [p for p in PHASES if p in declared] + [p for p in declared if p not in PHASES]
+    name = data.get("name", path.stem)
+    if not isinstance(name, str):
+        raise BadInputError(f"{where}: name must be a string")
+    return PhaseRules(name, all_rules, tuple(dict.fromkeys(vocab_first)), source=where)
+
+
+def _check_regex(pattern: str, label: str) -> None:
+    """Refuse a pattern RE2 (DuckDB's engine) cannot compile, before any trace is read."""
+    try:
+        duckdb.connect().execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
+    except duckdb.Error as exc:
+        detail = " ".join(str(exc).split())
+        raise BadInputError(f"{label} is not a valid regex: {pattern!r} ({detail})") from None
