@@ -130,14 +130,14 @@ class NsysExportBuilder:
     ) -> None:
         self._nvtx(0, None, 33, name, pid, tid, domain_id=domain_id, category=category_id)
 
-    def push_pop(self, start: int, end: int | None, text: str, **kw: object) -> None:
-        self._nvtx(start, end, 59, text, **kw)  # type: ignore[arg-type]
+    def push_pop(self, start: int, end: int | None, text: str, **kw: object) -> int:
+        return self._nvtx(start, end, 59, text, **kw)  # type: ignore[arg-type]
 
-    def start_end(self, start: int, end: int | None, text: str, **kw: object) -> None:
-        self._nvtx(start, end, 60, text, **kw)  # type: ignore[arg-type]
+    def start_end(self, start: int, end: int | None, text: str, **kw: object) -> int:
+        return self._nvtx(start, end, 60, text, **kw)  # type: ignore[arg-type]
 
-    def mark(self, t: int, text: str, **kw: object) -> None:
-        self._nvtx(t, None, 34, text, **kw)  # type: ignore[arg-type]
+    def mark(self, t: int, text: str, **kw: object) -> int:
+        return self._nvtx(t, None, 34, text, **kw)  # type: ignore[arg-type]
 
     def _nvtx(
         self,
@@ -155,7 +155,8 @@ class NsysExportBuilder:
         payload_float: float | None = None,
         end_tid: int | None = None,
         range_id: int | None = None,
-    ) -> None:
+    ) -> int:
+        """Append an NVTX_EVENTS row; returns its rowid (rows are written in order)."""
         text_id = self.string(text) if registered else None
         self.rows["NVTX_EVENTS"].append(
             (
@@ -165,6 +166,7 @@ class NsysExportBuilder:
                 None, payload_int, payload_float, None, None, None, None, None,
             )
         )
+        return len(self.rows["NVTX_EVENTS"])
 
     # -- CUDA -------------------------------------------------------------------------------
     def runtime(
