@@ -242,7 +242,7 @@ def timeline_lanes(
                        (greatest(start, $ws) - $ws)::BIGINT AS start_ns,
                        (least("end", $we) - $ws)::BIGINT AS end_ns
                 FROM ({phase_lookup_sql(api_points, mapping)}) ORDER BY start_ns, end_ns""",
-            params=prm,
+            params={"gtid": gtid, "ws": ws, "we": we},
         ).pl()
 
     gpu_schema = {
@@ -287,9 +287,9 @@ def timeline_lanes(
                       OVER (ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp FROM o),
             isl AS (SELECT min(s) AS a, max(e) AS b FROM g GROUP BY grp)
         """
-        busy = con.execute(
-            f"{islands} SELECT coalesce(sum(b - a), 0)::BIGINT FROM isl"
-        ).fetchall()[0][0]
+        busy = con.execute(f"{islands} SELECT coalesce(sum(b - a), 0)::BIGINT FROM isl").fetchall()[
+            0
+        ][0]
         gaps = con.sql(
             f"""{islands},
                 edges AS (
@@ -309,7 +309,7 @@ def timeline_lanes(
                     GROUP BY ALL
                 )
                 SELECT gap.start_ns::BIGINT AS start_ns, gap.end_ns::BIGINT AS end_ns,
-                       arg_max(owner.phase, owner.overlap) AS cpu_phase
+                       first(owner.phase ORDER BY owner.overlap DESC, owner.phase) AS cpu_phase
                 FROM gap LEFT JOIN owner USING (start_ns, end_ns)
                 GROUP BY ALL ORDER BY start_ns""",
             params={"len": we - ws, "ws": ws},

@@ -14,8 +14,9 @@ specnsys's own loop emits ranges named after the phase vocabulary in the ``specn
     domain = "^vllm$"            # optional RE2 regex searched in the domain name
 
     [[rule]]
-    phase = "{name}"             # the range's own text becomes its phase
+    phase = "{name}"             # the range's own text becomes its phase ...
     name = "^step_"
+    strip = "_[0-9]+$"           # ... less what this regex matches (optional)
 
 Rules are tried in order; the first match names the range. Ranges no rule matches are ignored
 (time inside them goes to the enclosing phase, or to ``unannotated``). ``phase = "{name}"``
@@ -62,7 +63,7 @@ REQUEST = "request"
 NAME_PLACEHOLDER = "{name}"
 """A rule target meaning "the range's own text is its phase"."""
 
-_RULE_KEYS = {"phase", "name", "domain"}
+_RULE_KEYS = {"phase", "name", "domain", "strip"}
 _FILE_KEYS = {"name", "extends", "custom_phases", "rule"}
 
 
@@ -77,6 +78,9 @@ class PhaseRule:
     phase: str
     name: str | None = None
     domain: str | None = None
+    strip: str | None = None
+    """With ``phase = "{name}"``: a regex whose matches are removed from the text, so that
+    per-call decorations (torch's ``", op_id = 314294"``) do not split one phase into many."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,11 @@ class PhaseRules:
                 conds.append(f"regexp_matches({text}, {_literal(rule.name)})")
             if rule.domain is not None:
                 conds.append(f"regexp_matches(coalesce({domain}, ''), {_literal(rule.domain)})")
-            target = text if rule.phase == NAME_PLACEHOLDER else _literal(rule.phase)
+            target = _literal(rule.phase)
+            if rule.phase == NAME_PLACEHOLDER:
+                target = text
+                if rule.strip is not None:
+                    target = f"regexp_replace({text}, {_literal(rule.strip)}, '', 'g')"
             arms.append(f"WHEN {' AND '.join(conds)} THEN {target}")
         if not arms:
             return "CAST(NULL AS VARCHAR)"
@@ -126,9 +134,13 @@ def _re2_escape(value: str) -> str:
     return "".join("\\" + ch if not (ch.isalnum() or ch == "_") else ch for ch in value)
 
 
+TORCH_OP_DECORATION = r",\s*(seq|op_id)\s*=\s*\d+"
+"""What ``torch.autograd.profiler.emit_nvtx`` appends to each op's range name."""
+
+
 def _nvtx_rules() -> PhaseRules:
-    """Every push/pop range is its own phase: NVTX projection for traces of any program."""
-    return PhaseRules("nvtx", (PhaseRule(NAME_PLACEHOLDER),), ())
+    """Every push/pop range is a phase named by its text (less torch's per-call ids)."""
+    return PhaseRules("nvtx", (PhaseRule(NAME_PLACEHOLDER, strip=TORCH_OP_DECORATION),), ())
 
 
 BUILTIN_RULES = {
@@ -155,7 +167,11 @@ def resolve_rules(spec: str | Path | PhaseRules | None) -> PhaseRules:
         return spec
     if isinstance(spec, str) and spec in BUILTIN_RULES:
         return builtin_rules(spec)
-    return load_rules(spec)
+    path = Path(spec)
+    if not path.exists() and path.suffix != ".toml" and len(path.parts) == 1:
+        choices = ", ".join(sorted(BUILTIN_RULES))
+        raise BadInputError(f"{spec}: neither a built-in rule set ({choices}) nor a rules file")
+    return load_rules(path)
 
 
 def load_rules(path: str | Path) -> PhaseRules:
@@ -199,7 +215,7 @@ def load_rules(path: str | Path) -> PhaseRules:
         extra = set(raw) - _RULE_KEYS
         if extra:
             raise BadInputError(
-                f"{label}: unknown key(s) {sorted(extra)} (allowed: phase, name, domain)"
+                f"{label}: unknown key(s) {sorted(extra)} (allowed: {', '.join(sorted(_RULE_KEYS))})"
             )
         phase = raw.get("phase")
         if not isinstance(phase, str) or not phase.strip():
@@ -210,14 +226,16 @@ def load_rules(path: str | Path) -> PhaseRules:
                 "request); set custom_phases = true to allow other names"
             )
         patterns = {}
-        for key in ("name", "domain"):
+        for key in ("name", "domain", "strip"):
             value = raw.get(key)
             if value is not None and not isinstance(value, str):
                 raise BadInputError(f"{label}: '{key}' must be a regex string")
             if value is not None:
                 _check_regex(value, f"{label}: '{key}'")
             patterns[key] = value
-        rules.append(PhaseRule(phase, patterns["name"], patterns["domain"]))
+        if patterns["strip"] is not None and phase != NAME_PLACEHOLDER:
+            raise BadInputError(f"{label}: 'strip' only applies to phase = \"{{name}}\"")
+        rules.append(PhaseRule(phase, patterns["name"], patterns["domain"], patterns["strip"]))
 
     all_rules = (*(base.rules if base else ()), *rules)
     named = [r.phase for r in all_rules if r.phase not in (NAME_PLACEHOLDER, REQUEST)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from specnsys.attribution.rules import resolve_rules
 from specnsys.attribution.timeline import exclusive_phase_times
 from specnsys.errors import BadInputError
 from specnsys.ingest import open_trace
@@ -14,13 +15,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("phases", help="exclusive wall time per phase, summing to the window")
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
+    p.add_argument(
+        "--rules",
+        metavar="RULES",
+        help="which NVTX ranges are phases: a built-in set (specnsys, the default; nvtx: "
+        "every range is its own phase) or a TOML name-mapping file",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    rules = resolve_rules(args.rules) if args.rules else None  # bad rules fail before ingest
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
-        breakdown = exclusive_phase_times(trace, pid=args.pid)
+        breakdown = exclusive_phase_times(trace, pid=args.pid, rules=rules)
         caps = trace.summary.capabilities
     if breakdown.window_ns <= 0:
         who = f"process {args.pid} has" if args.pid is not None else "the trace has"

@@ -33,6 +33,8 @@ def phases_dict(
         "window_end_ns": b.window_end_ns,
         "window_ns": b.window_ns,
         "gpu_union_ns": None if "gpu" in na else b.gpu_union_ns,
+        "rules": b.rules,
+        "unclosed_ranges": b.unclosed_ranges,
         "phases": {r.pop("phase"): r for r in rows},
         "not_available": na,
     }
@@ -42,36 +44,56 @@ def render_phases_json(b: PhaseBreakdown, not_available: dict[str, str] | None =
     return json.dumps(phases_dict(b, not_available), indent=2)
 
 
-def render_phases_text(b: PhaseBreakdown, not_available: dict[str, str] | None = None) -> str:
+def render_phases_text(
+    b: PhaseBreakdown, not_available: dict[str, str] | None = None, max_rows: int = 30
+) -> str:
+    """The terminal table: phases by exclusive time, largest first, at most *max_rows* rows
+    (the rest summed on one line, so the total still adds up to the window)."""
     na = not_available or {}
     ms = 1e6
 
-    def num(value: int, hide: bool, fmt: str) -> str:
+    def num(value: float, hide: bool, fmt: str) -> str:
         return "n/a" if hide else format(value, fmt)
 
+    shown = b.frame.filter(
+        (b.frame["wall_ns"] != 0) | (b.frame["cpu_inclusive_ns"] != 0) | (b.frame["kernels"] != 0)
+    ).sort("wall_ns", descending=True, maintain_order=True)
+    rest = shown.slice(max_rows)
+    shown = shown.head(max_rows)
+    width = max([18, *(min(len(p), 48) + 2 for p in shown["phase"])])
     gpu_busy = "n/a" if "gpu" in na else f"{b.gpu_union_ns / ms:.3f} ms"
     lines = [
         f"process {b.pid}: window {b.window_ns / ms:.3f} ms "
         f"({b.window_start_ns} to {b.window_end_ns} ns on the session clock); "
         f"GPU busy {gpu_busy}",
-        "exclusive wall time per phase (shares of the window; they sum to 100%)",
+        f"exclusive wall time per phase (phases from the '{b.rules}' rules; shares of the "
+        "window, summing to 100%)",
         "",
-        f"{'phase':<18}{'wall ms':>11}{'share':>8}{'GPU busy ms':>13}{'kernels':>9}"
+        f"{'phase':<{width}}{'wall ms':>11}{'share':>8}{'GPU busy ms':>13}{'kernels':>9}"
         f"{'launches':>10}{'CPU incl ms':>13}",
     ]
-    for r in b.frame.sort("wall_ns", descending=True).iter_rows(named=True):
-        if r["wall_ns"] == 0 and r["cpu_inclusive_ns"] == 0 and r["kernels"] == 0:
-            continue
+    for r in shown.iter_rows(named=True):
+        name = r["phase"] if len(r["phase"]) <= 48 else r["phase"][:47] + "…"
         lines.append(
-            f"{r['phase']:<18}{r['wall_ns'] / ms:>11.3f}{r['share']:>8.1%}"
+            f"{name:<{width}}{r['wall_ns'] / ms:>11.3f}{r['share']:>8.1%}"
             f"{num(r['gpu_busy_ns'] / ms, 'gpu' in na, '.3f'):>13}"
             f"{num(r['kernels'], 'gpu' in na, ','):>9}{num(r['launches'], 'cuda_api' in na, ','):>10}"
             f"{r['cpu_inclusive_ns'] / ms:>13.3f}"
         )
+    if rest.height:
+        rest_ns = int(rest["wall_ns"].sum())
+        share = rest_ns / b.window_ns if b.window_ns else 0.0
+        label = f"({rest.height} more phases)"
+        lines.append(f"{label:<{width}}{rest_ns / ms:>11.3f}{share:>8.1%}   (--json lists all)")
     total = int(b.frame["wall_ns"].sum())
     lines.append(
-        f"{'total':<18}{total / ms:>11.3f}{total / b.window_ns if b.window_ns else 0:>8.1%}"
+        f"{'total':<{width}}{total / ms:>11.3f}{total / b.window_ns if b.window_ns else 0:>8.1%}"
     )
+    if b.unclosed_ranges:
+        lines.append(
+            f"note: {b.unclosed_ranges} phase range(s) on the driver thread never ended in the "
+            "trace (a crashed or cut-off run); they are counted up to the window end"
+        )
     for what, reason in na.items():
         lines.append(f"{'GPU columns' if what == 'gpu' else 'launches'}: not available ({reason})")
     return "\n".join(lines)

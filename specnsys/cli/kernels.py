@@ -1,0 +1,27 @@
+"""``specnsys kernels TRACE``: time per CUDA kernel, as ``nsys stats -r gpukernsum``."""
+
+from __future__ import annotations
+
+import argparse
+
+from specnsys.attribution.kernel_summary import kernel_summary
+from specnsys.ingest import open_trace
+from specnsys.report.projection_text import render_frame_json, render_kernels_text
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("kernels", help="time per CUDA kernel (name, grid, block)")
+    p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
+    p.add_argument("--max-rows", type=int, default=30, help="rows in the table (default 30)")
+    p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_trace(args.trace, use_cache=not args.no_cache) as trace:
+        summary = kernel_summary(trace)
+    if args.json:
+        print(render_frame_json(summary, trace=str(args.trace)))
+    else:
+        print(render_kernels_text(summary, args.max_rows))
+    return 0

@@ -1,0 +1,36 @@
+"""``specnsys ranges TRACE``: every NVTX range's GPU work, as ``nsys stats -r nvtxgpuproj``."""
+
+from __future__ import annotations
+
+import argparse
+
+from specnsys.attribution.projection import nvtx_gpu_projection, nvtx_gpu_projection_summary
+from specnsys.ingest import open_trace
+from specnsys.report.projection_text import render_frame_json, render_ranges_text
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ranges", help="NVTX ranges projected onto the GPU (works without specnsys phases)"
+    )
+    p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
+    p.add_argument(
+        "--instances", action="store_true", help="one row per range instance, not per name"
+    )
+    p.add_argument("--max-rows", type=int, default=30, help="rows in the table (default 30)")
+    p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_trace(args.trace, use_cache=not args.no_cache) as trace:
+        projection = nvtx_gpu_projection(trace)
+    frame = projection if args.instances else nvtx_gpu_projection_summary(projection)
+    if args.json:
+        print(render_frame_json(frame, trace=str(args.trace), per="instance" if args.instances
+                                else "name"))  # fmt: skip
+    elif args.instances:
+        print(frame.head(args.max_rows))
+    else:
+        print(render_ranges_text(frame, args.max_rows))
+    return 0
