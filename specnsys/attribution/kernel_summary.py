@@ -28,6 +28,7 @@ SELECT coalesce(demangled_name, short_name) AS name,
        max("end" - start)::BIGINT AS max_ns,
        stddev_samp("end" - start) AS stddev_ns
 FROM kernels
+WHERE start IS NOT NULL AND "end" >= start  -- malformed rows: skipped, as in attribution
 GROUP BY ALL
 """
 

@@ -129,6 +129,10 @@ def gpu_ops_sql(rules: PhaseRules) -> str:
             UNION ALL
             SELECT 'memset', start, "end", device_id, stream_id, correlation_id, pid, 'memset'
             FROM memset
+            UNION ALL
+            -- whole-graph rows (--cuda-graph-trace=graph): the replay is one op of its launch
+            SELECT 'graph', start, "end", device_id, stream_id, correlation_id, pid,
+                   'graph ' || graph_id FROM graphs
         ),
         rt AS (
             SELECT pid AS rt_pid, correlation_id AS rt_corr, start AS api_start,
@@ -161,7 +165,8 @@ def gpu_ops_with_phase(
 ) -> pl.DataFrame:
     """Every kernel, memcpy and memset of *trace* with the phase it was launched in.
 
-    Columns: ``op_kind`` (``kernel``/``memcpy``/``memset``), ``start``, ``end``, ``device_id``,
+    Columns: ``op_kind`` (``kernel``/``memcpy``/``memset``/``graph``: a whole-graph execution
+    row of ``--cuda-graph-trace=graph``; with ``=node`` its kernels are ordinary rows), ``start``, ``end``, ``device_id``,
     ``stream_id``, ``correlation_id``, ``pid``, ``name``, the launching call's ``api_start``,
     ``api_end``, ``api_name``, ``api_tid``, ``api_global_tid`` (NULL when it is missing), and
     ``phase``: the innermost phase range open on the launching thread when the call started,

@@ -13,6 +13,11 @@ checked against it (tests/test_projection.py does, on the real corpus):
   time), ``gpu_ops`` = distinct correlation ids; an op counts for every enclosing range;
 * ranges without GPU ops are not listed.
 
+One deliberate difference: whole-graph rows (``--cuda-graph-trace=graph``) count as GPU ops of
+their launch call here; nsys 2022.4's report ignores them (its SQL reads only kernel, memcpy
+and memset rows), which would make graph-launched work invisible. None of the corpus exports
+has such rows, so the comparison with nsys is unaffected.
+
 Beyond NVIDIA's report each range also gets ``gpu_busy_ns``: the union of its ops' intervals,
 which is the time the GPU actually worked for it (the span can hide idle gaps).
 
@@ -40,6 +45,7 @@ ops AS (
     SELECT start, "end", correlation_id, pid FROM kernels
     UNION ALL SELECT start, "end", correlation_id, pid FROM memcpy
     UNION ALL SELECT start, "end", correlation_id, pid FROM memset
+    UNION ALL SELECT start, "end", correlation_id, pid FROM graphs
 ),
 calls AS (
     -- runtime rows that launched GPU work, numbered per thread in start order

@@ -240,7 +240,7 @@ def exclusive_phase_times(
     gtid = None if row is None else int(row[0])
 
     ops = all_ops.filter(
-        (pl.col("pid") == pid)
+        (pl.col("pid") == pl.lit(pid, dtype=_I64))  # a typed NULL: no Polars None warning
         & (pl.col("start") < we)
         & (pl.col("end") > ws)
         & (pl.col("end") > pl.col("start"))

@@ -14,17 +14,23 @@ global ids stay available as ``global_tid``/``global_pid``; names are resolved f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from specnsys.errors import BadInputError
 from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
 
 #: Bump when the model's tables or columns change, so old caches are not reused.
-MODEL_VERSION = 1
+MODEL_VERSION = 2
 
 #: Cache files favour write speed (a cold open writes them) over size.
 PARQUET_COMPRESSION = "snappy"
@@ -37,6 +43,7 @@ MODEL_TABLES = (
     "kernels",
     "memcpy",
     "memset",
+    "graphs",
     "sync",
     "gpu_metrics",
     "gpus",
@@ -293,6 +300,22 @@ MEMSET = ModelTable(
     "CUPTI_ACTIVITY_KIND_MEMSET",
 )
 
+GRAPHS = ModelTable(
+    "graphs",
+    (
+        SourceRead(
+            "raw_graphs",
+            "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+            tuple(_ints(*_GPU_OP_COLUMNS, "graphId", "graphExecId")),
+        ),
+    ),
+    f"""SELECT {_GPU_OP_SELECT}, graphId AS graph_id, graphExecId AS graph_exec_id
+        FROM raw_graphs""",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+)
+"""Whole-graph executions (``--cuda-graph-trace=graph``): one row per graph launch, whose
+kernels are then not in ``kernels``; the row carries the launch call's correlation id."""
+
 SYNC = ModelTable(
     "sync",
     (
@@ -372,7 +395,9 @@ GPUS = ModelTable(
     "TARGET_INFO_GPU",
 )
 
-MODEL = (THREADS, PROCESSES, NVTX, RUNTIME, KERNELS, MEMCPY, MEMSET, SYNC, GPU_METRICS, GPUS)
+MODEL = (
+    THREADS, PROCESSES, NVTX, RUNTIME, KERNELS, MEMCPY, MEMSET, GRAPHS, SYNC, GPU_METRICS, GPUS
+)
 assert tuple(t.name for t in MODEL) == MODEL_TABLES
 
 STRINGS = SourceRead("raw_strings", "StringIds", (RawColumn("id"), RawColumn("value", "text")))
@@ -384,36 +409,211 @@ def to_arrow(relation: duckdb.DuckDBPyRelation) -> pa.Table:
     return method()
 
 
+#: Model tables whose query turns each row of one source (the alias given here) into one row,
+#: joining only small tables: they are built slice by slice on the reader's threads and
+#: written as each slice arrives, so no whole source table is ever in memory. Every other
+#: table (``nvtx``, whose nesting needs the whole table; ``gpus``, tiny) is built from its
+#: sources copied to scratch Parquet files, with DuckDB's memory limit and spilling.
+ROW_LOCAL_SOURCE = {
+    "threads": "raw_threads",
+    "processes": "raw_processes",
+    "runtime": "raw_runtime",
+    "kernels": "raw_kernels",
+    "memcpy": "raw_memcpy",
+    "memset": "raw_memset",
+    "graphs": "raw_graphs",
+    "sync": "raw_sync",
+    "gpu_metrics": "raw_gpu_metrics",
+}
+
+#: DuckDB may use this fraction of the export's size on disk (within the bounds below) while
+#: building the whole-table queries; beyond it, sorts and windows spill to the scratch folder.
+DUCKDB_MEMORY_FRACTION = 0.5
+DUCKDB_MEMORY_MIN = 512 << 20
+DUCKDB_MEMORY_MAX_OF_RAM = 0.4
+
+
+def duckdb_config(export_bytes: int, scratch: Path | None) -> dict[str, str]:
+    """DuckDB settings for building a model: bounded memory, spilling only into *scratch*.
+
+    Without a scratch folder spilling is off: DuckDB's default (``.tmp`` in the working
+    directory) would write beside whatever the user ran from.
+    """
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        ram = 8 << 30
+    limit = min(
+        max(int(export_bytes * DUCKDB_MEMORY_FRACTION), DUCKDB_MEMORY_MIN),
+        int(ram * DUCKDB_MEMORY_MAX_OF_RAM),
+    )
+    return {
+        "threads": str(os.cpu_count() or 1),
+        "memory_limit": f"{max(limit >> 20, 64)}MB",
+        "temp_directory": str(scratch) if scratch is not None else "",
+        "preserve_insertion_order": "true",
+    }
+
+
 def build_model(
     export: SqliteExport, parquet_folder: Path | None = None
 ) -> dict[str, pa.Table] | None:
     """Read the source tables the model needs and build the model's tables.
 
-    With *parquet_folder*, each table is written there as ``<name>.parquet`` straight from
-    DuckDB (no intermediate Arrow copy) and None is returned; otherwise the tables come back
-    as Arrow. An OSError while writing propagates, so the caller can fall back to memory.
+    With *parquet_folder*, each table is written there as ``<name>.parquet`` as it is built
+    and None is returned; otherwise the tables come back as Arrow. Either way the sources are
+    streamed (see :data:`ROW_LOCAL_SOURCE`), so memory does not grow with the export beyond
+    the model that is returned. An OSError while writing propagates, so the caller can fall
+    back to memory.
     """
-    reads = [STRINGS, *(src for table in MODEL for src in table.sources)]
-    raw = export.read_tables([(r.table, r.columns, r.with_rowid) for r in reads])
-    con = duckdb.connect()
+    scratch = _scratch_folder(parquet_folder)
+    con = duckdb.connect(config=duckdb_config(export.path.stat().st_size, scratch))
     try:
-        for read, table in zip(reads, raw, strict=True):
-            con.register(read.alias, table)
+        con.execute("SET enable_progress_bar = false")  # a library must not draw on stderr
+        strings = export.read_tables([(STRINGS.table, STRINGS.columns, STRINGS.with_rowid)])[0]
+        con.register("raw_strings", strings)
+        # A real table (not TEMP): the per-slice queries run on cursors, other connections.
         con.execute(
-            "CREATE TEMP TABLE strings AS SELECT id, any_value(value) AS value "
+            "CREATE TABLE strings AS SELECT id, any_value(value) AS value "
             "FROM raw_strings GROUP BY id"
         )
-        if parquet_folder is None:
-            return {table.name: to_arrow(con.sql(table.sql(export))) for table in MODEL}
+        con.unregister("raw_strings")
+        del strings
+        built: dict[str, pa.Table] = {}
         for table in MODEL:
-            target = str(parquet_folder / f"{table.name}.parquet").replace("'", "''")
-            try:
-                con.execute(
-                    f"COPY ({table.sql(export)}) TO '{target}' "
-                    f"(FORMAT parquet, COMPRESSION {PARQUET_COMPRESSION})"
-                )
-            except duckdb.IOException as exc:
-                raise OSError(str(exc).splitlines()[0]) from None
-        return None
+            target = None if parquet_folder is None else parquet_folder / f"{table.name}.parquet"
+            if table.name in ROW_LOCAL_SOURCE:
+                result = _build_row_local(con, export, table, target)
+            else:
+                result = _build_whole(con, export, table, target, scratch)
+            if result is not None:
+                built[table.name] = result
+        return None if parquet_folder is not None else built
+    except duckdb.IOException as exc:
+        raise OSError(str(exc).splitlines()[0]) from None
+    except (duckdb.OutOfRangeException, duckdb.ConversionException) as exc:
+        # e.g. timestamps near the int64 limits, whose differences overflow: bad data, not a bug
+        detail = str(exc).splitlines()[0]
+        raise BadInputError(f"{export.path}: values out of range: {detail}") from None
     finally:
         con.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch_folder(parquet_folder: Path | None) -> Path | None:
+    """A private folder for scratch copies and DuckDB spills: inside the cache entry being
+    built, else a new temporary folder; None when neither can be written (then all in memory)."""
+    try:
+        if parquet_folder is not None:
+            scratch = parquet_folder / ".scratch"
+            scratch.mkdir()
+            return scratch
+        return Path(tempfile.mkdtemp(prefix="specnsys-scratch-"))
+    except OSError:
+        return None
+
+
+def _register_small(con: duckdb.DuckDBPyConnection, export: SqliteExport, src: SourceRead) -> None:
+    """Read a small source whole into a DuckDB table named after its alias."""
+    arrow = export.read_tables([(src.table, src.columns, src.with_rowid)])[0]
+    con.register("_specnsys_small", arrow)
+    con.execute(f"CREATE OR REPLACE TABLE {src.alias} AS SELECT * FROM _specnsys_small")
+    con.unregister("_specnsys_small")
+
+
+def _build_row_local(
+    con: duckdb.DuckDBPyConnection, export: SqliteExport, table: ModelTable, target: Path | None
+) -> pa.Table | None:
+    """Build a row-local table slice by slice; write it to *target* or return it."""
+    alias = ROW_LOCAL_SOURCE[table.name]
+    (stream,) = [src for src in table.sources if src.alias == alias]
+    side = [src for src in table.sources if src.alias != alias]
+    for src in side:
+        _register_small(con, export, src)
+    query = table.sql(export)
+    local = threading.local()
+    cursors: list[duckdb.DuckDBPyConnection] = []
+    lock = threading.Lock()
+
+    def normalize(raw: pa.Table) -> pa.Table:
+        cursor = getattr(local, "cursor", None)
+        if cursor is None:
+            cursor = local.cursor = con.cursor()
+            with lock:
+                cursors.append(cursor)
+        cursor.register(alias, raw)
+        try:
+            return to_arrow(cursor.sql(query))
+        finally:
+            cursor.unregister(alias)
+
+    slices = export.iter_slices(stream.table, stream.columns, stream.with_rowid, normalize)
+    try:
+        if target is None:
+            return pa.concat_tables(list(slices))
+        _write_parquet(slices, target)
+        return None
+    finally:
+        for cursor in cursors:
+            cursor.close()
+        for src in side:
+            con.execute(f"DROP TABLE IF EXISTS {src.alias}")
+
+
+def _write_parquet(slices: Iterable[pa.Table], target: Path) -> None:
+    """Write *slices* (same columns) to one Parquet file, a row group per slice, as they come."""
+    writer: pq.ParquetWriter | None = None
+    try:
+        for part in slices:
+            if writer is None:
+                # Dictionary pages only for text: trying them on timestamps and ids costs more
+                # than a third of the write and gains nothing (they do not repeat).
+                text = [f.name for f in part.schema if pa.types.is_string(f.type)]
+                writer = pq.ParquetWriter(
+                    target, part.schema, compression=PARQUET_COMPRESSION, use_dictionary=text
+                )
+            elif part.schema != writer.schema:
+                part = part.cast(writer.schema)
+            writer.write_table(part)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _build_whole(
+    con: duckdb.DuckDBPyConnection,
+    export: SqliteExport,
+    table: ModelTable,
+    target: Path | None,
+    scratch: Path | None,
+) -> pa.Table | None:
+    """Build a table whose query needs its whole sources (e.g. NVTX nesting).
+
+    Each source is streamed into a scratch Parquet file that DuckDB then scans (compressed on
+    disk instead of uncompressed in memory; all-NULL columns cost next to nothing), and the
+    result is written by DuckDB's COPY, which spills within its memory limit.
+    """
+    for src in table.sources:
+        if scratch is None:
+            _register_small(con, export, src)
+            continue
+        path = scratch / f"{src.alias}.parquet"
+        _write_parquet(export.iter_slices(src.table, src.columns, src.with_rowid), path)
+        source = str(path).replace("'", "''")
+        con.execute(f"CREATE OR REPLACE VIEW {src.alias} AS SELECT * FROM read_parquet('{source}')")
+    try:
+        if target is None:
+            return to_arrow(con.sql(table.sql(export)))
+        destination = str(target).replace("'", "''")
+        con.execute(
+            f"COPY ({table.sql(export)}) TO '{destination}' "
+            f"(FORMAT parquet, COMPRESSION {PARQUET_COMPRESSION})"
+        )
+        return None
+    finally:
+        for src in table.sources:
+            con.execute(f"DROP VIEW IF EXISTS {src.alias}")
+            con.execute(f"DROP TABLE IF EXISTS {src.alias}")
+            if scratch is not None:
+                (scratch / f"{src.alias}.parquet").unlink(missing_ok=True)

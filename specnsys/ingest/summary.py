@@ -12,7 +12,7 @@ import duckdb
 
 from specnsys.ingest.schema import SchemaVersion
 
-SPAN_TABLES = ("nvtx", "runtime", "kernels", "memcpy", "memset", "sync")
+SPAN_TABLES = ("nvtx", "runtime", "kernels", "memcpy", "memset", "graphs", "sync")
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def _processes(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
 def _capabilities(con: duckdb.DuckDBPyConnection, s: TraceSummary) -> dict[str, Capability]:
     ranges = s.nvtx_kinds.get("push_pop", 0) + s.nvtx_kinds.get("start_end", 0)
     api = int(con.execute("SELECT count(*) FROM runtime WHERE event_class IN (0, 1)").fetchone()[0])
-    gpu_ops = s.row_counts["kernels"] + s.row_counts["memcpy"] + s.row_counts["memset"]
+    gpu_ops = sum(s.row_counts.get(t, 0) for t in ("kernels", "memcpy", "memset", "graphs"))
     bandwidth = int(
         con.execute("SELECT count(*) FROM gpus WHERE memory_bandwidth > 0").fetchone()[0]
     )
@@ -157,7 +157,7 @@ def _capabilities(con: duckdb.DuckDBPyConnection, s: TraceSummary) -> dict[str, 
         "nvtx_ranges": cap(ranges > 0, f"{ranges} NVTX ranges", "no NVTX ranges in the export"),
         "gpu_activity": cap(
             gpu_ops > 0,
-            f"{gpu_ops} kernels/memcpy/memset",
+            f"{gpu_ops} kernels/memcpy/memset/graph launches",
             "no GPU activity (captured without -t cuda, or a CPU-only run)",
         ),
         "cuda_api": cap(api > 0, f"{api} CUDA API calls", "no CUDA runtime/driver API calls"),

@@ -54,6 +54,12 @@ DDL = {
         "globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL, "
         "graphNodeId INTEGER, memKind INTEGER"
     ),
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": (
+        'start INTEGER NOT NULL, "end" INTEGER NOT NULL, deviceId INTEGER NOT NULL, '
+        "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, "
+        "correlationId INTEGER, globalPid INTEGER, graphId INTEGER NOT NULL, "
+        "graphExecId INTEGER NOT NULL"
+    ),
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": (
         'start INTEGER NOT NULL, "end" INTEGER NOT NULL, deviceId INTEGER NOT NULL, '
         "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
@@ -207,6 +213,16 @@ class NsysExportBuilder:
         self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
             (start, end, device, 1, stream, correlation_id, global_pid(pid), value, nbytes, None,
              mem_kind)
+        )
+
+    def graph(
+        self, start: int, end: int, correlation_id: int, *, graph_id: int = 1,
+        graph_exec_id: int = 1, pid: int = 1, device: int = 0, stream: int = 7,
+    ) -> None:
+        """One whole-graph execution row (``--cuda-graph-trace=graph``)."""
+        self.rows["CUPTI_ACTIVITY_KIND_GRAPH_TRACE"].append(
+            (start, end, device, 1, None, stream, correlation_id, global_pid(pid), graph_id,
+             graph_exec_id)
         )
 
     def sync(
