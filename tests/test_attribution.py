@@ -79,6 +79,31 @@ def test_async_kernel_runs_in_draft_while_cpu_is_in_verify(tmp_path: Path) -> No
     assert "unattributed_gpu" not in rows
 
 
+def test_sync_wait_belongs_to_the_gpu_work_it_waits_for(tmp_path: Path) -> None:
+    """The host blocks in ``sync`` while verify's kernels run: that time is verify's (the GPU
+    is busy with it); the sync phase owns the copy it launched and the time after the GPU
+    finished."""
+    b = _builder()
+    _request(b, 0, 1000)
+    _pp(b, 0, 200, "verify")
+    _pp(b, 200, 800, "sync")
+    b.runtime(10, 20, "cudaLaunchKernel", 1)
+    b.kernel(100, 600, "verify_gemm", 1)
+    b.runtime(210, 790, "cudaStreamSynchronize", 2)  # blocks until the GPU drained
+    b.runtime(600, 610, "cudaMemcpyAsync", 3)
+    b.memcpy(650, 700, 64, 3)  # the token copy, launched in sync
+    with _open(b, tmp_path) as t:
+        pb = exclusive_phase_times(t)
+    _check_invariants(pb)
+    rows = _by_phase(pb)
+    # verify: CPU 0..100 + GPU 100..600; sync: CPU 600..650, GPU copy 650..700, CPU 700..800
+    assert rows["verify"]["wall_ns"] == 600
+    assert rows["sync"]["wall_ns"] == 50 + 50 + 100
+    assert rows["sync"]["gpu_busy_ns"] == 50
+    assert rows["unannotated"]["wall_ns"] == 200
+    assert rows["sync"]["cpu_inclusive_ns"] == 600  # the CPU view alone would blame sync
+
+
 def test_launch_goes_to_the_innermost_open_range(tmp_path: Path) -> None:
     b = _builder()
     _pp(b, 0, 1000, "decode")
