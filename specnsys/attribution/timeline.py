@@ -35,7 +35,7 @@ from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.launch import (
     UNANNOTATED,
     UNATTRIBUTED_GPU,
-    gpu_ops_with_phase,
+    gpu_ops_sql,
     mapped_nvtx_sql,
     phase_lookup_sql,
     phase_ranges_sql,
@@ -93,44 +93,38 @@ def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple | N
     return rows[0] if rows else None
 
 
-def _choose_pid(trace: Trace, ops: pl.DataFrame, rules: PhaseRules) -> int | None:
+def _choose_pid(trace: Trace, ops_name: str, rules: PhaseRules) -> int | None:
     row = _one(
         trace,
         f"SELECT pid FROM ({phase_ranges_sql(rules)}) WHERE pid IS NOT NULL "
         "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
     )
-    if row is not None:
-        return int(row[0])
-    if ops.height and ops["pid"].drop_nulls().len():
-        counts = (
-            ops.drop_nulls("pid")
-            .group_by("pid")
-            .len()
-            .sort(["len", "pid"], descending=[True, False])
+    if row is None:
+        row = _one(
+            trace,
+            f"SELECT pid FROM {ops_name} WHERE pid IS NOT NULL "
+            "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
         )
-        return int(counts["pid"][0])
-    row = _one(trace, "SELECT min(pid) FROM nvtx WHERE kind IN ('push_pop', 'start_end')", {})
+    if row is None:
+        row = _one(trace, "SELECT min(pid) FROM nvtx WHERE kind IN ('push_pop', 'start_end')")
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _window(trace: Trace, ops: pl.DataFrame, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
+def _window(trace: Trace, ops_name: str, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
     if pid is None:
         return 0, 0
     span = _one(
         trace,
-        """SELECT min(start), max(coalesce("end", start)) FROM nvtx
-           WHERE pid = $pid AND kind IN ('push_pop', 'start_end') AND start IS NOT NULL""",
+        f"""SELECT min(s), max(e) FROM (
+                SELECT start AS s, coalesce("end", start) AS e FROM nvtx
+                WHERE pid = $pid AND kind IN ('push_pop', 'start_end') AND start IS NOT NULL
+                UNION ALL
+                SELECT start, "end" FROM {ops_name} WHERE pid = $pid)""",
         {"pid": pid},
     )
-    starts = [span[0]] if span and span[0] is not None else []
-    ends = [span[1]] if span and span[1] is not None else []
-    mine = ops.filter(pl.col("pid") == pid)
-    if mine.height:
-        starts.append(int(mine["start"].min()))  # type: ignore[arg-type]
-        ends.append(int(mine["end"].max()))  # type: ignore[arg-type]
-    if not starts:
+    if span is None or span[0] is None:
         return 0, 0
-    span_start, span_end = min(starts), max(ends)
+    span_start, span_end = int(span[0]), int(span[1])
     req = _one(
         trace,
         f"""SELECT min(s), max(coalesce(e, $span_end)), count(*)
@@ -225,7 +219,21 @@ def exclusive_phase_times(
     """
     con = trace.connection
     mapping = rules_for(phases, domain, rules)
-    all_ops = gpu_ops_with_phase(trace, rules=mapping)
+    # GPU ops with their launch phase stay inside DuckDB (a temp table of five columns): on a
+    # trace with tens of millions of kernels nothing per-op is materialized in Python.
+    ops_name = f"_specnsys_ops_{uuid.uuid4().hex}"
+    con.execute(
+        f"""CREATE TEMP TABLE {ops_name} AS
+            SELECT op_kind, start, "end", pid, phase FROM ({gpu_ops_sql(mapping)})"""
+    )
+    try:
+        return _breakdown(trace, ops_name, mapping, pid)
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {ops_name}")
+
+
+def _breakdown(trace: Trace, all_ops: str, mapping: PhaseRules, pid: int | None) -> PhaseBreakdown:
+    con = trace.connection
     if pid is None:
         pid = _choose_pid(trace, all_ops, mapping)
     ws, we = _window(trace, all_ops, pid, mapping)
@@ -239,16 +247,13 @@ def exclusive_phase_times(
         )
     gtid = None if row is None else int(row[0])
 
-    ops = all_ops.filter(
-        (pl.col("pid") == pl.lit(pid, dtype=_I64))  # a typed NULL: no Polars None warning
-        & (pl.col("start") < we)
-        & (pl.col("end") > ws)
-        & (pl.col("end") > pl.col("start"))
+    ops_name = f"{all_ops}_mine"
+    con.execute(
+        f"""CREATE TEMP TABLE {ops_name} AS SELECT * FROM {all_ops}
+            WHERE pid = $pid AND start < $we AND "end" > $ws AND "end" > start""",
+        {"pid": pid, "ws": ws, "we": we},
     )
     sweep_prm: dict[str, Any] = {"pid": pid, "gtid": gtid, "ws": ws, "we": we, "D": 1}
-
-    ops_name = f"_specnsys_ops_{uuid.uuid4().hex}"
-    con.register(ops_name, ops.select("phase", "start", "end", "pid").to_arrow())
     try:
         sweep = _sweep_ctes(ops_name, mapping)
         union_row = con.execute(
@@ -283,8 +288,18 @@ def exclusive_phase_times(
                 FROM ({phase_lookup_sql(points, mapping)}) GROUP BY 1""",
             params=sweep_prm,
         ).pl()
+        kernels = con.sql(
+            f"""SELECT phase, count(*)::BIGINT AS kernels FROM {ops_name}
+                WHERE op_kind = 'kernel' GROUP BY phase"""
+        ).pl()
+        has_unattributed = bool(
+            con.execute(
+                f"SELECT count(*) FROM {all_ops} WHERE pid = $pid AND phase = '{UNATTRIBUTED_GPU}'",
+                {"pid": pid},
+            ).fetchall()[0][0]
+        )
     finally:
-        con.unregister(ops_name)
+        con.execute(f"DROP TABLE IF EXISTS {ops_name}")
 
     window_prm = {"gtid": gtid, "ws": ws, "we": we}
     inclusive = con.sql(
@@ -305,15 +320,9 @@ def exclusive_phase_times(
             FROM ({phase_lookup_sql(launch_points, mapping)}) GROUP BY 1""",
         params={"pid": pid, "ws": ws, "we": we},
     ).pl()
-    kernels = (
-        ops.filter(pl.col("op_kind") == "kernel")
-        .group_by("phase")
-        .agg(pl.len().cast(_I64).alias("kernels"))
-    )
-
     parts = (gpu, cpu, inclusive, launches, kernels)
     frame = pl.DataFrame(
-        {"phase": _phase_order(mapping, parts, UNATTRIBUTED_GPU in set(ops["phase"].to_list()))},
+        {"phase": _phase_order(mapping, parts, has_unattributed)},
         schema={"phase": pl.String},
     )
     for part in parts:
