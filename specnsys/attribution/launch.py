@@ -24,7 +24,9 @@ ranges; a miss gives no phase). Zero-length ranges contain no instant and are ig
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -33,12 +35,17 @@ from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.rules import REQUEST, PhaseRules, default_rules, resolve_rules
 
 if TYPE_CHECKING:
+    import duckdb
+
     from specnsys.ingest import Trace
 
 __all__ = [
+    "PhaseIndex",
     "UNANNOTATED",
     "UNATTRIBUTED_GPU",
     "gpu_ops_sql",
+    "create_phase_index",
+    "drop_phase_index",
     "gpu_ops_with_phase",
     "mapped_nvtx_sql",
     "phase_lookup_sql",
@@ -73,14 +80,19 @@ def phase_ranges_sql(rules: PhaseRules) -> str:
     """
 
 
-def phase_lookup_sql(points: str, rules: PhaseRules) -> str:
-    """SQL adding ``phase`` (innermost open phase range, NULL if none) to every row of *points*.
+@dataclass(frozen=True)
+class PhaseIndex:
+    """The two lookup relations of the innermost-range search (see the module docs), as
+    names of tables built once by :func:`create_phase_index` and read by many lookups."""
 
-    *points* is a SELECT with columns ``_gtid`` (thread) and ``_t`` (time) among others; the
-    result has all of its columns plus ``phase``, under the name-mapping *rules*.
-    """
+    levels: str
+    """(gtid, t, lvl): the open-range level on thread gtid after its boundaries at time t."""
+    starts: str
+    """(gtid, t, lvl, s, e, phase): every phase range start with the level right after it."""
+
+
+def _boundary_ctes(rules: PhaseRules) -> str:
     return f"""
-    WITH pts AS (SELECT row_number() OVER () AS _qid, * FROM ({points})),
     pr AS ({phase_ranges_sql(rules)}),
     ev AS (
         SELECT gtid, s AS t, 1 AS d, 1 AS is_start, s, e, phase, depth, id FROM pr
@@ -98,26 +110,63 @@ def phase_lookup_sql(points: str, rules: PhaseRules) -> str:
                 CASE WHEN is_start = 1 THEN -coalesce(e, 9223372036854775807) ELSE -s END,
                 CASE WHEN is_start = 1 THEN id ELSE -id END
         )
-    ),
-    lvl_at AS (SELECT gtid, t, arg_max(lvl, rn) AS lvl FROM ev_ord GROUP BY gtid, t),
-    starts AS (SELECT gtid, t, lvl, s, e, phase FROM ev_ord WHERE is_start = 1),
-    q_lvl AS (
-        SELECT q._qid, q._gtid, q._t, l.lvl
-        FROM pts q ASOF LEFT JOIN lvl_at l ON q._gtid = l.gtid AND q._t >= l.t
-    ),
-    q_phase AS (
-        SELECT q._qid,
-               CASE WHEN q.lvl > 0 AND st.s <= q._t AND (st.e IS NULL OR q._t < st.e)
-                    THEN st.phase END AS phase
-        FROM q_lvl q ASOF LEFT JOIN starts st
-          ON q._gtid = st.gtid AND q.lvl = st.lvl AND q._t >= st.t
+    )"""
+
+
+def _levels_sql(rules: PhaseRules) -> str:
+    return (
+        f"WITH {_boundary_ctes(rules)} "
+        "SELECT gtid, t, arg_max(lvl, rn) AS lvl FROM ev_ord GROUP BY gtid, t"
     )
-    SELECT pts.* EXCLUDE (_qid), q_phase.phase
-    FROM pts LEFT JOIN q_phase USING (_qid)
+
+
+def _starts_sql(rules: PhaseRules) -> str:
+    return (
+        f"WITH {_boundary_ctes(rules)} "
+        "SELECT gtid, t, lvl, s, e, phase FROM ev_ord WHERE is_start = 1"
+    )
+
+
+def create_phase_index(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> PhaseIndex:
+    """Materialize the lookup relations once, for several lookups on one trace; the caller
+    drops them with :func:`drop_phase_index`."""
+    stem = f"_specnsys_phase_index_{uuid.uuid4().hex}"
+    index = PhaseIndex(f"{stem}_levels", f"{stem}_starts")
+    con.execute(f"CREATE TEMP TABLE {index.levels} AS {_levels_sql(rules)}")
+    con.execute(f"CREATE TEMP TABLE {index.starts} AS {_starts_sql(rules)}")
+    return index
+
+
+def drop_phase_index(con: duckdb.DuckDBPyConnection, index: PhaseIndex) -> None:
+    for name in (index.levels, index.starts):
+        con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def phase_lookup_sql(points: str, rules: PhaseRules, index: PhaseIndex | None = None) -> str:
+    """SQL adding ``phase`` (innermost open phase range, NULL if none) to every row of *points*.
+
+    *points* is a SELECT with columns ``_gtid`` (thread) and ``_t`` (time) among others; the
+    result has all of its columns plus ``phase``, under the name-mapping *rules* (read from
+    the prebuilt *index* when given).
+    """
+    levels = index.levels if index else f"({_levels_sql(rules)})"
+    starts = index.starts if index else f"({_starts_sql(rules)})"
+    # Each ASOF LEFT JOIN keeps every left row exactly once, so the point columns ride along
+    # (no row numbering and join back).
+    return f"""
+    WITH q_lvl AS (
+        SELECT q.*, l.lvl AS _lvl
+        FROM ({points}) q ASOF LEFT JOIN {levels} l ON q._gtid = l.gtid AND q._t >= l.t
+    )
+    SELECT q.* EXCLUDE (_lvl),
+           CASE WHEN q._lvl > 0 AND st.s <= q._t AND (st.e IS NULL OR q._t < st.e)
+                THEN st.phase END AS phase
+    FROM q_lvl q ASOF LEFT JOIN {starts} st
+      ON q._gtid = st.gtid AND q._lvl = st.lvl AND q._t >= st.t
     """
 
 
-def gpu_ops_sql(rules: PhaseRules) -> str:
+def gpu_ops_sql(rules: PhaseRules, index: PhaseIndex | None = None) -> str:
     """SELECT of every GPU op with its launch call and phase under *rules*."""
     points = """
         WITH ops AS (
@@ -152,7 +201,7 @@ def gpu_ops_sql(rules: PhaseRules) -> str:
         SELECT * EXCLUDE (_gtid, _t, phase), _gtid AS api_global_tid,
                CASE WHEN api_start IS NULL THEN '{UNATTRIBUTED_GPU}'
                     ELSE coalesce(phase, '{UNANNOTATED}') END AS phase
-        FROM ({phase_lookup_sql(points, rules)})
+        FROM ({phase_lookup_sql(points, rules, index)})
     """
 
 

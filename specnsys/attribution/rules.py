@@ -124,10 +124,11 @@ def _literal(value: str) -> str:
 
 def default_rules(phases: Sequence[str] = PHASES, domain: str = DOMAIN) -> PhaseRules:
     """specnsys's own convention: ranges of *domain* named after a phase (or ``request``)."""
-    names = [*phases, REQUEST]
+    names = list(dict.fromkeys([*phases, REQUEST]))
     alternation = "|".join(_re2_escape(p) for p in names)
     rule = PhaseRule(NAME_PLACEHOLDER, f"^({alternation})$", f"^{_re2_escape(domain)}$")
-    return PhaseRules("specnsys", (rule,), tuple(phases))
+    # ``request`` bounds the window; it is never a phase row of the breakdown
+    return PhaseRules("specnsys", (rule,), tuple(p for p in phases if p != REQUEST))
 
 
 def _re2_escape(value: str) -> str:

@@ -35,6 +35,9 @@ from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.launch import (
     UNANNOTATED,
     UNATTRIBUTED_GPU,
+    PhaseIndex,
+    create_phase_index,
+    drop_phase_index,
     gpu_ops_sql,
     mapped_nvtx_sql,
     phase_lookup_sql,
@@ -136,10 +139,10 @@ def _window(trace: Trace, ops_name: str, pid: int | None, rules: PhaseRules) -> 
     return span_start, span_end
 
 
-def _sweep_ctes(ops_name: str, rules: PhaseRules) -> str:
-    """CTEs ``islands`` and ``seg`` (t, t_next, n, len, f) of the sweep; see module docs."""
+def _islands_sql(ops_name: str) -> str:
+    """Per phase, its GPU ops (clipped to the window) merged into disjoint islands ``[a, b)``."""
     return f"""
-    ops AS (
+    WITH ops AS (
         SELECT phase, greatest(start, $ws) AS s, least("end", $we) AS e
         FROM {ops_name}
         WHERE pid = $pid AND start < $we AND "end" > $ws AND "end" > start
@@ -153,16 +156,23 @@ def _sweep_ctes(ops_name: str, rules: PhaseRules) -> str:
         SELECT *, sum(CASE WHEN prev_max IS NULL OR s > prev_max THEN 1 ELSE 0 END)
             OVER (PARTITION BY phase ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
         FROM isl0
-    ),
-    islands AS (SELECT phase, min(s) AS a, max(e) AS b FROM isl1 GROUP BY phase, grp),
-    cpu_r AS (
+    )
+    SELECT phase, min(s) AS a, max(e) AS b FROM isl1 GROUP BY phase, grp
+    """
+
+
+def _segments_sql(islands_name: str, rules: PhaseRules) -> str:
+    """Elementary segments ``[t, t_next)`` between all boundaries, with ``n`` (GPU phases
+    running) and ``len``; see the module docs."""
+    return f"""
+    WITH cpu_r AS (
         SELECT greatest(s, $ws) AS s, least(coalesce(e, $we), $we) AS e
         FROM ({phase_ranges_sql(rules)})
         WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws
     ),
     bnd AS (
-        SELECT a AS t, 1 AS d FROM islands
-        UNION ALL SELECT b, -1 FROM islands
+        SELECT a AS t, 1 AS d FROM {islands_name}
+        UNION ALL SELECT b, -1 FROM {islands_name}
         UNION ALL SELECT s, 0 FROM cpu_r
         UNION ALL SELECT e, 0 FROM cpu_r
         UNION ALL SELECT $ws::BIGINT, 0
@@ -173,18 +183,8 @@ def _sweep_ctes(ops_name: str, rules: PhaseRules) -> str:
         SELECT t, lead(t) OVER (ORDER BY t) AS t_next,
                sum(d) OVER (ORDER BY t ROWS UNBOUNDED PRECEDING) AS n
         FROM pts
-    ),
-    seg1 AS (
-        SELECT *, coalesce(t_next - t, 0) AS len,
-               CASE WHEN n > 0 THEN coalesce(t_next - t, 0)::HUGEINT * $D // n
-                    ELSE 0::HUGEINT END AS u
-        FROM seg0
-    ),
-    seg AS (
-        SELECT *, coalesce(sum(u) OVER (ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING
-                                        AND 1 PRECEDING), 0)::HUGEINT AS f
-        FROM seg1
     )
+    SELECT t, n, coalesce(t_next - t, 0) AS len FROM seg0
     """
 
 
@@ -222,17 +222,21 @@ def exclusive_phase_times(
     # GPU ops with their launch phase stay inside DuckDB (a temp table of five columns): on a
     # trace with tens of millions of kernels nothing per-op is materialized in Python.
     ops_name = f"_specnsys_ops_{uuid.uuid4().hex}"
-    con.execute(
-        f"""CREATE TEMP TABLE {ops_name} AS
-            SELECT op_kind, start, "end", pid, phase FROM ({gpu_ops_sql(mapping)})"""
-    )
+    index = create_phase_index(con, mapping)  # built once, read by every lookup below
     try:
-        return _breakdown(trace, ops_name, mapping, pid)
+        con.execute(
+            f"""CREATE TEMP TABLE {ops_name} AS
+                SELECT op_kind, start, "end", pid, phase FROM ({gpu_ops_sql(mapping, index)})"""
+        )
+        return _breakdown(trace, ops_name, mapping, pid, index)
     finally:
         con.execute(f"DROP TABLE IF EXISTS {ops_name}")
+        drop_phase_index(con, index)
 
 
-def _breakdown(trace: Trace, all_ops: str, mapping: PhaseRules, pid: int | None) -> PhaseBreakdown:
+def _breakdown(
+    trace: Trace, all_ops: str, mapping: PhaseRules, pid: int | None, index: PhaseIndex
+) -> PhaseBreakdown:
     con = trace.connection
     if pid is None:
         pid = _choose_pid(trace, all_ops, mapping)
@@ -253,40 +257,56 @@ def _breakdown(trace: Trace, all_ops: str, mapping: PhaseRules, pid: int | None)
             WHERE pid = $pid AND start < $we AND "end" > $ws AND "end" > start""",
         {"pid": pid, "ws": ws, "we": we},
     )
-    sweep_prm: dict[str, Any] = {"pid": pid, "gtid": gtid, "ws": ws, "we": we, "D": 1}
+    islands, segments = f"{ops_name}_islands", f"{ops_name}_seg"
     try:
-        sweep = _sweep_ctes(ops_name, mapping)
+        # The sweep is materialized once (two temp tables) and read by every query below.
+        con.execute(
+            f"CREATE TEMP TABLE {islands} AS {_islands_sql(ops_name)}",
+            {"pid": pid, "ws": ws, "we": we},
+        )
+        con.execute(
+            f"CREATE TEMP TABLE {segments} AS {_segments_sql(islands, mapping)}",
+            {"gtid": gtid, "ws": ws, "we": we},
+        )
         union_row = con.execute(
-            f"WITH {sweep} SELECT coalesce(sum(len) FILTER (WHERE n > 0), 0)::BIGINT, "
-            "coalesce(max(n), 0)::BIGINT FROM seg",
-            sweep_prm,
+            f"""SELECT coalesce(sum(len) FILTER (WHERE n > 0), 0)::BIGINT,
+                       coalesce(max(n), 0)::BIGINT FROM {segments}"""
         ).fetchall()
         gpu_union, max_running = int(union_row[0][0]), int(union_row[0][1])
         # Exact even splits need a common denominator of every running-phase count n that
         # occurs: lcm(1..max n), not lcm(1..number of phases) (which overflows for many phases).
-        sweep_prm["D"] = math.lcm(*range(1, max_running + 1)) if max_running else 1
+        denom = math.lcm(*range(1, max_running + 1)) if max_running else 1
+        # 64-bit running sums suffice (and are much faster) while window x D fits in them
+        wide = "BIGINT" if (we - ws + 1) * denom < 2**62 else "HUGEINT"
         gpu = con.sql(
-            f"""WITH {sweep},
+            f"""WITH u AS (
+                    SELECT t, CASE WHEN n > 0 THEN len::{wide} * $D // n
+                                   ELSE 0::{wide} END AS u
+                    FROM {segments}
+                ),
+                seg AS (
+                    SELECT t, coalesce(sum(u) OVER (ORDER BY t ROWS BETWEEN UNBOUNDED
+                                                    PRECEDING AND 1 PRECEDING), 0)::{wide} AS f
+                    FROM u
+                ),
                 isl_f AS (
                     SELECT i.phase, i.b - i.a AS busy, fb.f - fa.f AS units
-                    FROM islands i JOIN seg fa ON fa.t = i.a JOIN seg fb ON fb.t = i.b
+                    FROM {islands} i JOIN seg fa ON fa.t = i.a JOIN seg fb ON fb.t = i.b
                 ),
                 per AS (SELECT phase, sum(busy)::BIGINT AS gpu_busy_ns,
-                               sum(units)::HUGEINT AS units FROM isl_f GROUP BY phase)
+                               sum(units)::{wide} AS units FROM isl_f GROUP BY phase)
                 SELECT phase, gpu_busy_ns, (units // $D)::BIGINT AS floor_ns,
                        (units % $D)::BIGINT AS rem
                 FROM per""",
-            params=sweep_prm,
+            params={"D": denom},
         ).pl()
-        points = (
-            f"WITH {sweep} SELECT $gtid::BIGINT AS _gtid, t AS _t, len, n FROM seg WHERE len > 0"
-        )
+        points = f"SELECT $gtid::BIGINT AS _gtid, t AS _t, len, n FROM {segments} WHERE len > 0"
         cpu = con.sql(
             f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase,
                        sum(len) FILTER (WHERE n = 0)::BIGINT AS cpu_wall_ns,
                        sum(len)::BIGINT AS cpu_exclusive_ns
-                FROM ({phase_lookup_sql(points, mapping)}) GROUP BY 1""",
-            params=sweep_prm,
+                FROM ({phase_lookup_sql(points, mapping, index)}) GROUP BY 1""",
+            params={"gtid": gtid},
         ).pl()
         kernels = con.sql(
             f"""SELECT phase, count(*)::BIGINT AS kernels FROM {ops_name}
@@ -299,7 +319,8 @@ def _breakdown(trace: Trace, all_ops: str, mapping: PhaseRules, pid: int | None)
             ).fetchall()[0][0]
         )
     finally:
-        con.execute(f"DROP TABLE IF EXISTS {ops_name}")
+        for name in (ops_name, islands, segments):
+            con.execute(f"DROP TABLE IF EXISTS {name}")
 
     window_prm = {"gtid": gtid, "ws": ws, "we": we}
     inclusive = con.sql(
@@ -317,7 +338,7 @@ def _breakdown(trace: Trace, all_ops: str, mapping: PhaseRules, pid: int | None)
     """
     launches = con.sql(
         f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase, count(*)::BIGINT AS launches
-            FROM ({phase_lookup_sql(launch_points, mapping)}) GROUP BY 1""",
+            FROM ({phase_lookup_sql(launch_points, mapping, index)}) GROUP BY 1""",
         params={"pid": pid, "ws": ws, "we": we},
     ).pl()
     parts = (gpu, cpu, inclusive, launches, kernels)
