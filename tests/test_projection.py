@@ -193,3 +193,32 @@ def test_projection_hand_checked(tmp_path: Path) -> None:
     summary = nvtx_gpu_projection_summary(proj)
     assert summary["name"].to_list()[0] in {"step", "request"}
     assert summary["proj_ns"].sum() == 100 + 2300 + 2300
+
+
+def test_ranges_and_kernels_commands(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.push_pop(0, 100, "aten::mm, op_id = 3", pid=1, tid=1)
+    b.runtime(10, 20, "cudaLaunchKernel", correlation_id=1, pid=1, tid=1)
+    b.kernel(30, 90, "gemm", correlation_id=1, pid=1, demangled="gemm<float>")
+    path = b.write(tmp_path / "k.sqlite")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "specnsys", *args], capture_output=True, text=True
+        )
+
+    out = cli("ranges", str(path))
+    assert out.returncode == 0 and "aten::mm, op_id = 3" in out.stdout
+    doc = json.loads(cli("ranges", "--json", str(path)).stdout)
+    assert doc["rows"][0]["proj_ns"] == 60 and doc["rows"][0]["gpu_busy_ns"] == 60
+    doc = json.loads(cli("ranges", "--instances", "--json", str(path)).stdout)
+    assert doc["rows"][0]["range_id"] == 1
+    out = cli("kernels", str(path))
+    assert out.returncode == 0 and "gemm<float>" in out.stdout and "100.0%" in out.stdout
+    doc = json.loads(cli("kernels", "--json", str(path)).stdout)
+    assert doc["rows"][0]["total_ns"] == 60 and doc["rows"][0]["instances"] == 1
