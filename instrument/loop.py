@@ -12,7 +12,11 @@ loop attributes its whole run to phases:
 
 A ``request`` start/end range spans admission to the last output token; ``proposed`` /
 ``accepted`` marks are emitted per sequence per speculative step and ``target_bytes`` per
-target forward.
+target forward. Token counts are marked too (``specnsys.annotate.VALUE_MARKS``): ``tokens``
+per step (whole batch) and per prefill, ``first_token`` (payload: request id) when a request's
+first token reaches the host, ``output_tokens`` just before its range ends -- so per-token
+time, TTFT and TPOT come from the trace itself. On CUDA, ``device_memory_peak`` marks inside
+``prefill``/``forward``/``draft``/``verify`` give each range's peak allocated memory.
 
 Cache invariant (per slot): the target cache holds every context token but the last one
 (``cur``), so ``len(context) == target_len + 1``; at the start of each speculative step the
@@ -25,6 +29,8 @@ and in both cases setting ``draft_len = new_target_len - 1`` is right.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -147,6 +153,23 @@ class Generator:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    @contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        """A phase range that, on CUDA with annotations on, also marks its peak memory.
+
+        The allocator's peak is reset when the range opens and read (host-side counters, no
+        device sync) just before it closes, inside it, so the mark belongs to this range.
+        """
+        track = self.device.type == "cuda" and annotate.enabled()
+        with annotate.phase(name):
+            if track:
+                torch.cuda.reset_peak_memory_stats(self.device)
+            yield
+            if track:
+                annotate.mark_value(
+                    "device_memory_peak", torch.cuda.max_memory_allocated(self.device)
+                )
+
     def _mark_target(self, kv_lens: list[int], tokens: int) -> None:
         n = bytes_per_forward(self.target.config, kv_lens, tokens)
         self._stats.target_forwards += 1
@@ -187,7 +210,7 @@ class Generator:
                 self.presence[slot] = False
                 self._note_tokens(slot, list(req.prompt))
         prompt = torch.tensor([req.prompt], device=self.device)
-        with annotate.phase("prefill"):
+        with self._phase("prefill"):
             self._mark_target([0], len(req.prompt))
             logits = self.target(prompt, self.tcache, [slot], last_only=True)[:, -1]
         with annotate.phase("sample"):
@@ -196,6 +219,8 @@ class Generator:
             self._sync()
             first = int(token.item())
         result.t_first_ns = time.perf_counter_ns()
+        annotate.mark_first_token(req.request_id)
+        annotate.mark_tokens(1)  # before _emit, which may end the request (and the window)
         self._emit(slot, state, [first])
         if self.draft is not None and self.dcache is not None and state.remaining > 0:
             # The draft sees all but the last prompt token (see the cache invariant above).
@@ -206,12 +231,13 @@ class Generator:
         return state
 
     def _emit(self, slot: int, state: _Slot, tokens: list[int]) -> None:
+        """Append output tokens (cut at the request's length); may end the request."""
         tokens = tokens[: state.remaining]
         state.result.output.extend(tokens)
         state.context.extend(tokens)
         if state.remaining == 0:
             state.result.t_end_ns = time.perf_counter_ns()
-            annotate.end_request(state.handle)
+            annotate.end_request(state.handle, output_tokens=len(state.result.output))
         elif self.presence is not None:
             with annotate.phase("sample"):
                 self._note_tokens(slot, tokens)
@@ -221,7 +247,7 @@ class Generator:
             cur = torch.tensor([[s.context[-1]] for s in states], device=self.device)
             kv_lens = [self.tcache.lengths[i] for i in slots]
             batch_slots = None if len(slots) == self.concurrency else slots
-        with annotate.phase("forward"):
+        with self._phase("forward"):
             self._mark_target(kv_lens, 1)
             logits = self.target(cur, self.tcache, batch_slots)[:, -1]
         with annotate.phase("sample"):
@@ -229,6 +255,8 @@ class Generator:
         with annotate.phase("sync"):
             self._sync()
             tokens = nxt.tolist()
+        # Marked before _emit ends requests: the last request's end closes the window.
+        annotate.mark_tokens(len(states))
         for slot, state, tok in zip(slots, states, tokens, strict=True):
             self._emit(slot, state, [tok])
 
@@ -240,7 +268,7 @@ class Generator:
             kv_lens = [self.tcache.lengths[i] for i in slots]
             batch_slots = None if len(slots) == self.concurrency else slots
             rows = torch.arange(len(slots), device=self.device)
-        with annotate.phase("draft"):
+        with self._phase("draft"):
             presence = self._presence(slots)
             base_presence = presence
             x = last2
@@ -260,7 +288,7 @@ class Generator:
                 x = d[:, None]
             draft_tokens = torch.stack(drafts, dim=1)  # [b, k]
             self._stats.draft_forwards += k
-        with annotate.phase("verify"):
+        with self._phase("verify"):
             self._mark_target(kv_lens, k + 1)
             verify_in = torch.cat((last2[:, 1:], draft_tokens), dim=1)
             logits = self.target(verify_in, self.tcache, batch_slots)  # [b, k+1, V]
@@ -288,6 +316,10 @@ class Generator:
                 new_len = kv_len + n + 1
                 self.tcache.set_length(slot, new_len)
                 self.dcache.set_length(slot, new_len - 1)
+        # Tokens kept (cut at each request's length), marked before _emit ends requests.
+        annotate.mark_tokens(
+            sum(min(n + 1, s.remaining) for s, n in zip(states, acc_list, strict=True))
+        )
         for slot, state, n, tok, dr in zip(
             slots, states, acc_list, nxt_list, draft_list, strict=True
         ):

@@ -55,8 +55,11 @@ __all__ = [
     "Patch",
     "RequestHandle",
     "enabled",
+    "VALUE_MARKS",
     "end_request",
     "mark_acceptance",
+    "mark_first_token",
+    "mark_tokens",
     "mark_value",
     "patch_attr",
     "patch_module",
@@ -86,6 +89,20 @@ PHASES: tuple[str, ...] = (
 
 MARKS: tuple[str, ...] = ("proposed", "accepted")
 """Mark messages used for acceptance statistics (one pair per sequence per step)."""
+
+VALUE_MARKS: dict[str, str] = {
+    "tokens": "output tokens emitted by one decode step across the batch (1 for the first "
+    "token a prefill emits); their sum is the run's output token count",
+    "first_token": "payload = request id; emitted when that request's first output token is "
+    "known on the host (TTFT = this mark - the request range's start)",
+    "output_tokens": "output tokens of one request, emitted on the ending thread just before its "
+    "request range ends (TPOT = (end - first token) / (output_tokens - 1))",
+    "target_bytes": "bytes one target forward reads (weights + KV cache), inside the forward / "
+    "verify / prefill range it belongs to (achieved bandwidth = bytes / phase time)",
+    "device_memory_peak": "peak device memory allocated (bytes) during the enclosing phase range, "
+    "emitted inside it (CUDA runs; torch.cuda.max_memory_allocated after a reset at its start)",
+}
+"""Integer-payload marks the analysis reads, with their meaning (DESIGN.md section 5)."""
 
 # ARGB colors so the phases are told apart at a glance in the Nsight Systems timeline.
 _COLORS: dict[str, int] = {
@@ -322,11 +339,22 @@ def start_request(request_id: int) -> RequestHandle:
     return RequestHandle(rid, range_id)
 
 
-def end_request(handle: RequestHandle) -> None:
-    """Close a range opened by ``start_request``; ending it twice raises ValueError."""
+def end_request(handle: RequestHandle, output_tokens: int | None = None) -> None:
+    """Close a range opened by ``start_request``; ending it twice raises ValueError.
+
+    With ``output_tokens`` (the request's output length) an ``output_tokens`` mark is emitted
+    on this thread immediately before the range ends, so that TPOT per request can be read
+    from the trace: the analysis pairs each request with the last such mark on its ending
+    thread at or before its end (NVTX range ends carry no payload of their own).
+    """
     if not handle._open:
         raise ValueError(f"request {handle.request_id} was already ended")
+    n = None if output_tokens is None else operator.index(output_tokens)
+    if n is not None and n < 0:
+        raise ValueError(f"output_tokens must be >= 0, got {n}")
     handle._open = False
+    if n is not None and handle._range_id is not None:
+        _emit_mark("output_tokens", n)
     if handle._range_id is not None:
         _get_backend().end(handle._range_id)
         handle._range_id = None
@@ -379,6 +407,29 @@ def mark_acceptance(proposed: int, accepted: int) -> None:
         return
     _emit_mark("proposed", k)
     _emit_mark("accepted", n)
+
+
+def mark_tokens(n: int) -> None:
+    """Emit a ``tokens`` mark: ``n`` output tokens were emitted (one step, whole batch).
+
+    Output tokens cannot be inferred from timings (a speculative step emits 1..k+1 per
+    sequence, truncated at each request's end), so the loop states them; per-token time and
+    the measured speedup rest on their sum.
+    """
+    v = operator.index(n)
+    if v < 0:
+        raise ValueError(f"token count must be >= 0, got {v}")
+    if not _enabled:
+        return
+    _emit_mark("tokens", v)
+
+
+def mark_first_token(request_id: int) -> None:
+    """Emit a ``first_token`` mark for ``request_id`` (TTFT is measured up to this point)."""
+    rid = operator.index(request_id)
+    if not _enabled:
+        return
+    _emit_mark("first_token", rid)
 
 
 def mark_value(name: str, value: int) -> None:

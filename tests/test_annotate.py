@@ -158,6 +158,25 @@ def test_mark_value(mode: bool) -> None:
         annotate.mark_value("", 1)
 
 
+def test_token_and_request_marks(mode: bool) -> None:
+    annotate.mark_tokens(0)
+    annotate.mark_tokens(5)
+    annotate.mark_first_token(7)
+    with pytest.raises(ValueError):
+        annotate.mark_tokens(-1)
+    with pytest.raises(TypeError):
+        annotate.mark_tokens(1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        annotate.mark_first_token("7")  # type: ignore[arg-type]
+    handle = annotate.start_request(7)
+    with pytest.raises(ValueError, match="output_tokens"):
+        annotate.end_request(handle, output_tokens=-1)
+    assert handle.is_open  # a refused call leaves the range open
+    annotate.end_request(handle, output_tokens=12)
+    assert not handle.is_open
+    assert set(annotate.VALUE_MARKS) >= {"tokens", "first_token", "output_tokens"}
+
+
 class _Model:
     def __init__(self) -> None:
         self.calls = 0

@@ -259,6 +259,34 @@ def test_spec_step_keeps_cache_lengths_at_accepted_lengths(target):
     assert saw_rejection
 
 
+@pytest.mark.parametrize("mode", ["baseline", "spec"])
+def test_loop_marks_tokens_first_tokens_and_output_lengths(target, requests, mode, monkeypatch):
+    """The token facts the analysis reads from a trace, recorded through the annotation API:
+    tokens marks sum to the output tokens, and the last one precedes the last request end
+    (which closes the analysis window)."""
+    events: list[tuple] = []
+    monkeypatch.setattr(annotate, "mark_tokens", lambda n: events.append(("tokens", n)))
+    monkeypatch.setattr(annotate, "mark_first_token", lambda rid: events.append(("first", rid)))
+    real_end = annotate.end_request
+
+    def end(handle, output_tokens=None):
+        events.append(("end", handle.request_id, output_tokens))
+        real_end(handle, output_tokens=output_tokens)
+
+    monkeypatch.setattr(annotate, "end_request", end)
+    draft = build_draft("noised", target, 0.2) if mode == "spec" else None
+    result = generate(
+        target, requests[:5], draft=draft, mode=mode, k=3, concurrency=2, params=GREEDY
+    )
+    outputs = {r.request_id: len(r.output) for r in result.results}
+    assert sum(e[1] for e in events if e[0] == "tokens") == sum(outputs.values())
+    assert sorted(e[1] for e in events if e[0] == "first") == sorted(outputs)
+    assert {e[1]: e[2] for e in events if e[0] == "end"} == outputs
+    last_tokens = max(i for i, e in enumerate(events) if e[0] == "tokens")
+    last_end = max(i for i, e in enumerate(events) if e[0] == "end")
+    assert last_tokens < last_end
+
+
 # --------------------------------------------------------------------------- models, workloads
 
 

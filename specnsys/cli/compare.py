@@ -1,0 +1,47 @@
+"""``specnsys compare BASELINE SPEC [SPEC ...] [BASELINE SPEC ...]``: predicted vs measured.
+
+Each speculative trace is compared with the nearest baseline before it on the command line,
+so a k sweep is ``compare B S_k2 S_k4 S_k6`` and a concurrency sweep, where every level needs
+its own baseline, is ``compare B1 S1 B4 S4 B8 S8``: one table of p, r, predicted and measured
+speedup per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from specnsys.cli.analyze import add_rules_argument, analyze_path, load_rules_arg
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="baseline vs speculative run(s): p, r, predicted and measured speedup, phase deltas",
+    )
+    p.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="a baseline trace, then the speculative trace(s) to compare with it "
+        "(repeat for sweeps that need their own baseline)",
+    )
+    add_rules_argument(p)
+    p.add_argument("--json", action="store_true", help="JSON, for scripts")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specnsys.errors import BadInputError
+    from specnsys.metrics import compare_many
+    from specnsys.report.analyze_text import render_comparisons_text, render_json
+
+    if len(args.traces) < 2:
+        raise BadInputError("compare needs a baseline trace and at least one speculative trace")
+    rules = load_rules_arg(args.rules)
+    analyses = [analyze_path(t, rules=rules, use_cache=not args.no_cache) for t in args.traces]
+    docs = [c.to_dict() for c in compare_many(analyses)]
+    if args.json:
+        print(render_json(docs[0] if len(docs) == 1 else {"runs": docs}))
+    else:
+        print(render_comparisons_text(docs))
+    return 0

@@ -1,0 +1,133 @@
+"""Acceptance statistics from the ``proposed``/``accepted`` marks (DESIGN.md section 5).
+
+One mark pair per sequence per speculative step: ``proposed`` = k offered drafts, ``accepted``
+= accepted drafts (0..k, the bonus/correction token not counted). The pair is emitted
+back to back on one thread, so the i-th ``proposed`` and the i-th ``accepted`` of a thread
+(in time order) belong together.
+
+Estimators (named, because engines disagree, see the reference notes section 1.3):
+
+* ``mean_accepted`` -- accepted drafts per sequence-step (gpt-fast's "Mean Accepted");
+* ``tokens_per_step`` -- ``mean_accepted + 1``: tokens a sequence-step yields, bonus
+  included (Spec-Bench's "mean accepted tokens"), before truncation at a request's end;
+* ``by_position[i-1]`` -- per-position survival ``a_i``: fraction of sequence-steps that
+  proposed at least i drafts whose i-th draft was accepted;
+* ``alpha`` -- pooled survival ratio ``sum(accepted) / sum(min(accepted + 1, proposed))``,
+  i.e. ``(a_1 + .. + a_k) / (a_0 + .. + a_{k-1})`` with ``a_0 = 1`` for a fixed k: accepted
+  drafts over drafts that were actually judged. It is the maximum-likelihood alpha of
+  Leviathan's i.i.d. model (a geometric truncated at k), unbiased where accepted/proposed is
+  biased low (drafts after a rejection were never judged).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from specnsys.metrics.amdahl import tau
+from specnsys.metrics.events import Scope, marks
+
+if TYPE_CHECKING:
+    from specnsys.ingest import Trace
+
+__all__ = ["acceptance_from_pairs", "acceptance_stats"]
+
+
+def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
+    """(proposed, accepted) pairs, plus the counts of proposed and accepted marks."""
+    m = marks(trace, scope, ("proposed", "accepted")).with_columns(
+        pl.int_range(pl.len()).over("gtid", "name").alias("rank")
+    )
+    proposed = m.filter(pl.col("name") == "proposed").select(
+        "gtid", "rank", pl.col("value").alias("proposed")
+    )
+    accepted = m.filter(pl.col("name") == "accepted").select(
+        "gtid", "rank", pl.col("value").alias("accepted")
+    )
+    pairs = proposed.join(accepted, on=["gtid", "rank"], how="inner")
+    return pairs.select("proposed", "accepted"), proposed.height, accepted.height
+
+
+def acceptance_from_pairs(pairs: pl.DataFrame) -> dict[str, object] | None:
+    """Statistics of a frame with integer columns ``proposed`` and ``accepted``.
+
+    Pairs with ``proposed < 1`` or ``accepted`` outside ``0..proposed`` are not counted (their
+    number is ``invalid_pairs``). None when no valid pair remains.
+    """
+    valid = pairs.filter(
+        (pl.col("proposed") >= 1)
+        & (pl.col("accepted") >= 0)
+        & (pl.col("accepted") <= pl.col("proposed"))
+    )
+    steps = valid.height
+    if steps == 0:
+        return None
+    k_max = int(valid["proposed"].max())  # type: ignore[arg-type]
+    k_values = sorted(int(v) for v in valid["proposed"].unique())
+    positions = pl.DataFrame({"i": list(range(1, k_max + 1))})
+    survival = (
+        valid.join(positions, how="cross")
+        .filter(pl.col("proposed") >= pl.col("i"))
+        .group_by("i")
+        .agg(
+            pl.len().alias("reached"),
+            (pl.col("accepted") >= pl.col("i")).sum().alias("kept"),
+        )
+        .sort("i")
+    )
+    by_position = (survival["kept"] / survival["reached"]).to_list()
+    histogram = (
+        valid.group_by("accepted")
+        .len()
+        .join(pl.DataFrame({"accepted": list(range(k_max + 1))}), on="accepted", how="right")
+        .sort("accepted")["len"]
+        .fill_null(0)
+        .to_list()
+    )
+    total_accepted = int(valid["accepted"].sum())
+    judged = int(
+        valid.select(pl.min_horizontal(pl.col("accepted") + 1, pl.col("proposed")).sum()).item()
+    )
+    alpha = total_accepted / judged
+    mean_accepted = total_accepted / steps
+    k = k_values[0] if len(k_values) == 1 else k_max
+    previous = [1.0, *by_position[:-1]]
+    return {
+        "mean_accepted": mean_accepted,
+        "by_position": by_position,
+        "alpha": alpha,
+        "tokens_per_step": mean_accepted + 1.0,
+        "k": k,
+        "k_values": k_values,
+        "sequence_steps": steps,
+        "accepted_total": total_accepted,
+        "proposed_total": int(valid["proposed"].sum()),
+        "acceptance_rate": total_accepted / int(valid["proposed"].sum()),
+        "accepted_histogram": [int(v) for v in histogram],
+        "alpha_by_position": [
+            (cur / prev if prev > 0 else None)
+            for cur, prev in zip(by_position, previous, strict=True)
+        ],
+        "expected_tokens_per_step": tau(alpha, k),
+        "invalid_pairs": pairs.height - steps,
+    }
+
+
+def acceptance_stats(trace: Trace, scope: Scope) -> tuple[dict[str, object] | None, str | None]:
+    """Acceptance statistics of the window, or (None, reason) when there are none.
+
+    A warning reason is also returned (second item) when marks do not pair up.
+    """
+    pairs, n_proposed, n_accepted = _pairs(trace, scope)
+    stats = acceptance_from_pairs(pairs)
+    note = None
+    if n_proposed != n_accepted:
+        note = (
+            f"{n_proposed} proposed and {n_accepted} accepted marks do not pair up; "
+            f"{pairs.height} pairs used"
+        )
+    if stats is not None and stats["invalid_pairs"]:
+        extra = f"{stats['invalid_pairs']} mark pairs with accepted outside 0..proposed ignored"
+        note = extra if note is None else f"{note}; {extra}"
+    return stats, note

@@ -1,0 +1,367 @@
+"""``analyze_trace``: every single-trace metric of DESIGN.md section 5, in one ``Analysis``.
+
+The exclusive phase breakdown (attribution layer) is the base: shares are shares of the
+window and sum to 1. On top of it:
+
+* mode: ``spec`` when ``draft``/``verify`` ranges exist, ``baseline`` when ``forward`` does;
+* accelerable time: ``forward`` + ``draft`` + ``verify`` (a baseline has only the first, a
+  speculative run the other two); ``p`` = accelerable / window, from a baseline;
+* tokens (``tokens`` marks), decode steps (``decode`` ranges), requests, per-token time;
+* acceptance (``proposed``/``accepted`` marks), the draft cost ratio ``c`` and Leviathan's
+  what-if at the measured alpha/k/c;
+* TTFT/TPOT distributions, memory bandwidth and peak device memory per phase.
+
+What the trace cannot support is null in the numbers and explained in ``not_available``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from specnsys.attribution import UNANNOTATED, exclusive_phase_times
+from specnsys.errors import BadInputError
+from specnsys.metrics import amdahl
+from specnsys.metrics.acceptance import acceptance_stats
+from specnsys.metrics.bandwidth import memory_bandwidth
+from specnsys.metrics.events import Scope, marks, range_counts, resolve
+from specnsys.metrics.memory import device_memory
+from specnsys.metrics.requests import distribution, request_latencies
+
+if TYPE_CHECKING:
+    from specnsys.attribution import PhaseBreakdown
+    from specnsys.ingest import Trace
+
+__all__ = ["ACCELERABLE", "Analysis", "analyze_trace", "detect_mode"]
+
+ACCELERABLE: tuple[str, ...] = ("forward", "draft", "verify")
+"""Phases speculative decoding replaces: ``forward`` (baseline) by ``draft`` + ``verify``."""
+
+SAMPLER = "sample"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The metrics of one trace; :meth:`to_dict` is the ``analyze --json`` object.
+
+    Times are integer ns of the session clock; shares are fractions of ``window_ns``.
+    """
+
+    path: str | None
+    mode: str
+    pid: int | None
+    window_start_ns: int
+    window_end_ns: int
+    rules: str
+    phases: dict[str, dict[str, Any]]
+    tokens: int | None
+    steps: int
+    requests: int
+    accelerable_ns: int
+    p: float | None
+    per_token_ns: float | None
+    sampler_share: float
+    amdahl_ceiling: float | None
+    acceptance: dict[str, Any] | None
+    k: int | None
+    draft_cost_ratio: float | None
+    per_range_ns: dict[str, float | None]
+    latency: dict[str, Any]
+    bandwidth: dict[str, Any] | None
+    device_memory: dict[str, Any] | None
+    whatif: dict[str, Any] | None
+    gpu: bool
+    not_available: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    breakdown: PhaseBreakdown | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def window_ns(self) -> int:
+        return self.window_end_ns - self.window_start_ns
+
+    @property
+    def accelerable_share(self) -> float:
+        return self.accelerable_ns / self.window_ns if self.window_ns > 0 else 0.0
+
+    def wall_ns(self, phase: str) -> int:
+        """Exclusive wall time of *phase* (0 when the trace has none)."""
+        return int(self.phases.get(phase, {}).get("wall_ns", 0))
+
+    def non_accelerable(self) -> list[dict[str, Any]]:
+        """Non-accelerable phases with time, largest first: ``{phase, wall_ns, share}``."""
+        rows = [
+            {"phase": name, "wall_ns": row["wall_ns"], "share": row["share"]}
+            for name, row in self.phases.items()
+            if not row["accelerable"] and row["wall_ns"] > 0
+        ]
+        return sorted(rows, key=lambda r: (-r["wall_ns"], r["phase"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``analyze --json`` contract (issue 5) plus the details reports and plots use."""
+        non_acc = self.non_accelerable()
+        return {
+            "path": self.path,
+            "mode": self.mode,
+            "pid": self.pid,
+            "rules": self.rules,
+            "window_start_ns": self.window_start_ns,
+            "window_end_ns": self.window_end_ns,
+            "window_ns": self.window_ns,
+            "tokens": self.tokens,
+            "steps": self.steps,
+            "requests": self.requests,
+            "k": self.k,
+            "phases": self.phases,
+            "shares_of": "window_ns",
+            "p": self.p,
+            "accelerable_ns": self.accelerable_ns,
+            "accelerable_phases": [p for p in ACCELERABLE if p in self.phases],
+            "accelerable_share": self.accelerable_share,
+            "non_accelerable": non_acc,
+            "dominant_non_accelerable": non_acc[0]["phase"] if non_acc else None,
+            "per_token_ns": self.per_token_ns,
+            "sampler_share": self.sampler_share,
+            "amdahl_ceiling": self.amdahl_ceiling,
+            "acceptance": self.acceptance,
+            "draft_cost_ratio": self.draft_cost_ratio,
+            "per_range_ns": self.per_range_ns,
+            "latency": self.latency,
+            "bandwidth": self.bandwidth,
+            "device_memory": self.device_memory,
+            "whatif": self.whatif,
+            "gpu": self.gpu,
+            "not_available": dict(self.not_available),
+            "warnings": list(self.warnings),
+        }
+
+
+def detect_mode(counts: dict[str, int], walls: dict[str, int]) -> str | None:
+    """``spec`` if draft/verify ranges (or time) exist, ``baseline`` if forward does, else None."""
+
+    def present(phase: str) -> bool:
+        return counts.get(phase, 0) > 0 or walls.get(phase, 0) > 0
+
+    if present("draft") or present("verify"):
+        return "spec"
+    if present("forward"):
+        return "baseline"
+    return None
+
+
+def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[str, dict]:
+    rows: dict[str, dict[str, Any]] = {}
+    for r in b.frame.iter_rows(named=True):
+        name = r["phase"]
+        if name == "request" and r["wall_ns"] == 0:
+            continue  # request ranges set the window; they are not a push/pop phase
+        rows[name] = {
+            "wall_ns": int(r["wall_ns"]),
+            "share": float(r["share"]),
+            "gpu_busy_ns": int(r["gpu_busy_ns"]) if gpu else None,
+            "kernels": int(r["kernels"]) if gpu else None,
+            "cpu_inclusive_ns": int(r["cpu_inclusive_ns"]),
+            "ranges": int(counts.get(name, 0)),
+            "accelerable": name in ACCELERABLE,
+        }
+    return rows
+
+
+def _per_range(phases: dict[str, dict], name: str, forwards_per_range: int = 1) -> float | None:
+    row = phases.get(name)
+    if not row or row["ranges"] <= 0:
+        return None
+    return row["wall_ns"] / (row["ranges"] * forwards_per_range)
+
+
+def analyze_trace(
+    trace: Trace,
+    *,
+    rules: Any = None,
+    pid: int | None = None,
+) -> Analysis:
+    """Analyze one trace (baseline or speculative); see the module docs for the metrics.
+
+    *rules* (a ``PhaseRules``, a built-in set's name or a TOML path) maps other NVTX names onto
+    the phases; *pid* picks the process (default: the one with the most phase ranges).
+    Raises :class:`BadInputError` for a trace with nothing to attribute or no phase that
+    tells a baseline run from a speculative one.
+    """
+    path = str(getattr(trace, "path", "")) or None
+    caps = trace.summary.capabilities
+    if rules is None and not caps["specnsys_phases"].available:
+        raise BadInputError(f"{path}: {caps['specnsys_phases'].reason}")
+    mapping = resolve(rules)
+    kwargs: dict[str, Any] = {"pid": pid}
+    if rules is not None:  # resolved once: a TOML file is parsed and checked a single time
+        kwargs["rules"] = mapping
+    b = exclusive_phase_times(trace, **kwargs)
+    if b.window_ns <= 0:
+        who = f"process {pid} has" if pid is not None else "the trace has"
+        raise BadInputError(f"{path}: nothing to analyze ({who} no phase ranges or GPU work)")
+    scope = Scope.of(b, mapping)
+    gpu = bool(caps["gpu_activity"].available)
+    counts = range_counts(trace, scope)
+    phases = _phase_rows(b, counts, gpu)
+    mode = detect_mode(counts, {k: v["wall_ns"] for k, v in phases.items()})
+    if mode is None:
+        present = sorted(k for k, v in phases.items() if v["ranges"] or v["wall_ns"])
+        raise BadInputError(
+            f"{path}: cannot tell a baseline run from a speculative one: no forward (baseline) "
+            f"and no draft/verify (speculative) phase ranges (phases present: "
+            f"{', '.join(p for p in present if p != UNANNOTATED) or 'none'}); map the "
+            "engine's NVTX names onto the phases with --rules"
+        )
+
+    na: dict[str, str] = {}
+    warnings: list[str] = []
+    if not gpu:
+        na["gpu_busy_ns"] = caps["gpu_activity"].reason
+    window = b.window_ns
+    accelerable = sum(phases[p]["wall_ns"] for p in ACCELERABLE if p in phases)
+
+    # tokens, steps, requests
+    lat = request_latencies(trace, scope)
+    requests = lat.height
+    tokens = _count_tokens(marks(trace, scope, ("tokens",)), lat, na, warnings)
+    steps = counts.get("decode", 0) or (
+        counts.get("verify", 0) if mode == "spec" else counts.get("forward", 0)
+    )
+    per_token = window / tokens if tokens else None
+    if tokens == 0:
+        na["per_token_ns"] = "the tokens marks sum to 0"
+    elif tokens is None:
+        na["per_token_ns"] = "output tokens are not available"
+
+    # p and the Amdahl ceiling come from a baseline run
+    if mode == "baseline":
+        p: float | None = accelerable / window
+        ceiling = amdahl.amdahl_ceiling(p)
+        if ceiling is None:
+            na["amdahl_ceiling"] = "p = 1: every nanosecond is accelerable, no finite ceiling"
+    else:
+        p, ceiling = None, None
+        why = (
+            "p is the accelerable share of a baseline run (forward phases); this is a "
+            "speculative run: use compare with its baseline (accelerable_share is this run's "
+            "draft + verify share)"
+        )
+        na["p"] = why
+        na["amdahl_ceiling"] = why
+
+    # acceptance, draft cost, what-if
+    acc, acc_note = (None, None)
+    if mode == "spec":
+        acc, acc_note = acceptance_stats(trace, scope)
+        if acc_note:
+            warnings.append(acc_note)
+        if acc is None:
+            na["acceptance"] = caps["acceptance_marks"].reason + " in the window"
+    else:
+        na["acceptance"] = "a baseline run proposes no drafts"
+    k = None if acc is None else int(acc["k"])
+    per_range = {
+        "forward_ns": _per_range(phases, "forward"),
+        "verify_ns": _per_range(phases, "verify"),
+        "draft_step_ns": _per_range(phases, "draft"),
+        "draft_forward_ns": None if k is None else _per_range(phases, "draft", k),
+    }
+    c: float | None = None
+    if mode == "spec":
+        if per_range["draft_forward_ns"] is not None and per_range["verify_ns"]:
+            c = per_range["draft_forward_ns"] / per_range["verify_ns"]
+        else:
+            na["draft_cost_ratio"] = (
+                "needs draft and verify ranges and k from the proposed marks"
+                if k is None or per_range["verify_ns"] is None
+                else "verify time is 0"
+            )
+    else:
+        na["draft_cost_ratio"] = "a baseline run has no draft model"
+
+    whatif = None
+    if acc is not None and c is not None and k is not None:
+        whatif = amdahl.whatif(float(acc["alpha"]), k, c)
+    else:
+        na["whatif"] = "needs the measured alpha, k and c of a speculative run"
+
+    # latency per request
+    latency = _latency(lat, na)
+
+    # bandwidth and device memory
+    busy = {name: int(row["gpu_busy_ns"] or 0) for name, row in phases.items()}
+    bandwidth, bw_reason = memory_bandwidth(trace, scope, busy)
+    if bw_reason:
+        na["bandwidth"] = bw_reason
+    memory, mem_reason = device_memory(trace, scope)
+    if mem_reason:
+        na["device_memory"] = mem_reason
+
+    unclosed = int(getattr(b, "unclosed_ranges", 0) or 0)
+    if unclosed:
+        warnings.append(f"{unclosed} phase ranges never closed; counted up to the window end")
+
+    return Analysis(
+        path=path,
+        mode=mode,
+        pid=b.pid,
+        window_start_ns=b.window_start_ns,
+        window_end_ns=b.window_end_ns,
+        rules=str(getattr(b, "rules", mapping.name)),
+        phases=phases,
+        tokens=tokens,
+        steps=int(steps),
+        requests=int(requests),
+        accelerable_ns=int(accelerable),
+        p=p,
+        per_token_ns=per_token,
+        sampler_share=phases.get(SAMPLER, {}).get("wall_ns", 0) / window,
+        amdahl_ceiling=ceiling,
+        acceptance=acc,
+        k=k,
+        draft_cost_ratio=c,
+        per_range_ns=per_range,
+        latency=latency,
+        bandwidth=bandwidth,
+        device_memory=memory,
+        whatif=whatif,
+        gpu=gpu,
+        not_available=na,
+        warnings=warnings,
+        breakdown=b,
+    )
+
+
+def _count_tokens(tok: Any, lat: Any, na: dict[str, str], warnings: list[str]) -> int | None:
+    """Output tokens: the ``tokens`` marks, else the per-request ``output_tokens`` marks."""
+    if tok.height:
+        return int(tok["value"].sum())
+    if lat.height and lat["output_tokens"].null_count() == 0:
+        warnings.append("no tokens marks: output tokens summed from per-request output_tokens")
+        return int(lat["output_tokens"].sum())
+    na["tokens"] = (
+        "the trace has no tokens marks (output tokens per step), so tokens cannot be "
+        "counted; annotate the loop with specnsys.annotate.mark_tokens"
+    )
+    return None
+
+
+def _latency(lat: Any, na: dict[str, str]) -> dict[str, Any]:
+    """TTFT/TPOT/latency distributions and the per-request rows (ns)."""
+    out: dict[str, Any] = {
+        "ttft_ns": distribution(lat["ttft_ns"]),
+        "tpot_ns": distribution(lat["tpot_ns"]),
+        "latency_ns": distribution(lat["latency_ns"]),
+        "per_request": lat.select(
+            "request_id", "output_tokens", "ttft_ns", "tpot_ns", "latency_ns"
+        ).to_dicts(),
+    }
+    if lat.height == 0:
+        na["ttft"] = na["tpot"] = "the trace has no request ranges"
+        return out
+    if lat["first_token"].null_count() == lat.height:
+        na["ttft"] = "no first_token marks (request id at the first output token)"
+    if lat["output_tokens"].null_count() == lat.height:
+        na["tpot"] = "no output_tokens marks (output length at each request's end)"
+    elif out["tpot_ns"]["count"] == 0:
+        na["tpot"] = "no request has both a first token time and more than one output token"
+    return out

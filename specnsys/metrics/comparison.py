@@ -1,0 +1,300 @@
+"""``compare_runs``: a baseline and a speculative run side by side, the article's procedure.
+
+With ``T`` output tokens, ``W`` the window, ``A`` the accelerable time (baseline ``forward``;
+speculative ``draft + verify``) and ``N = W - A`` the rest, per run:
+
+* ``p = A_b / W_b`` (baseline); ``r = (A_b / T_b) / (A_s / T_s)``;
+* predicted speedup ``1 / ((1 - p) + p / r)`` -- Amdahl: only the accelerable part changed;
+* measured speedup ``(W_b / T_b) / (W_s / T_s)`` -- per output token;
+* ``gap = measured / predicted - 1`` (negative: the run fell short of the prediction).
+
+The prediction equals the measurement exactly when the non-accelerable time per token did
+not move (``N_s / T_s = N_b / T_b``). In general, with ``d_x`` the change of phase x's
+per-token time and ``S = W_s / T_s``, ``gap = sum over non-accelerable x of -d_x / S``: each
+phase's ``gap_contribution`` says how much of the gap it explains, and they add up to it.
+That is how the phase table shows *where* prediction and measurement part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specnsys.errors import BadInputError
+from specnsys.metrics import amdahl
+from specnsys.metrics.analysis import ACCELERABLE, Analysis
+
+__all__ = [
+    "MOVE_THRESHOLD",
+    "TOLERANCE",
+    "VERIFY_RATIO_WARNING",
+    "Comparison",
+    "compare_many",
+    "compare_runs",
+    "compare_sweep",
+]
+
+TOLERANCE = 0.10
+"""The prediction "holds" when ``|gap|`` is at most this (the issue's 10%)."""
+
+MOVE_THRESHOLD = 0.02
+"""A non-accelerable phase "moved" when it explains at least this much of the gap."""
+
+VERIFY_RATIO_WARNING = 1.3
+"""Verify time over baseline forward time above which verification is flagged (the blog's
+warning sign: the wider pass is no longer almost free)."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One baseline/speculative pair; :meth:`to_dict` is the ``compare --json`` object."""
+
+    baseline: Analysis
+    spec: Analysis
+    p: float | None
+    r: float | None
+    predicted_speedup: float | None
+    measured_speedup: float | None
+    gap: float | None
+    phases: dict[str, dict[str, Any]]
+    moved_phases: list[str]
+    draft_cost_ratio: float | None
+    verify_to_forward_ratio: float | None
+    leviathan: dict[str, Any] | None
+    device_memory: dict[str, Any] | None
+    not_available: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def prediction_holds(self) -> bool | None:
+        return None if self.gap is None else abs(self.gap) <= TOLERANCE
+
+    @property
+    def moved_phase(self) -> str | None:
+        return self.moved_phases[0] if self.moved_phases else None
+
+    def to_dict(self) -> dict[str, Any]:
+        b, s = self.baseline, self.spec
+
+        def per_token(a: Analysis, ns: int) -> float | None:
+            return ns / a.tokens if a.tokens else None
+
+        return {
+            "baseline": b.path,
+            "spec": s.path,
+            "k": s.k,
+            "p": self.p,
+            "r": self.r,
+            "predicted_speedup": self.predicted_speedup,
+            "measured_speedup": self.measured_speedup,
+            "gap": self.gap,
+            "gap_definition": "measured_speedup / predicted_speedup - 1",
+            "tolerance": TOLERANCE,
+            "prediction_holds": self.prediction_holds,
+            "amdahl_ceiling": b.amdahl_ceiling,
+            "tokens": {"baseline": b.tokens, "spec": s.tokens},
+            "window_ns": {"baseline": b.window_ns, "spec": s.window_ns},
+            "per_token_ns": {"baseline": b.per_token_ns, "spec": s.per_token_ns},
+            "accelerable_ns_per_token": {
+                "baseline": per_token(b, b.accelerable_ns),
+                "spec": per_token(s, s.accelerable_ns),
+            },
+            "non_accelerable_ns_per_token": {
+                "baseline": per_token(b, b.window_ns - b.accelerable_ns),
+                "spec": per_token(s, s.window_ns - s.accelerable_ns),
+            },
+            "phases": self.phases,
+            "gap_contribution_definition": (
+                "-delta_ns_per_token / spec per_token_ns (non-accelerable phases; they sum to gap)"
+            ),
+            "moved_phase": self.moved_phase,
+            "moved_phases": list(self.moved_phases),
+            "draft_cost_ratio": self.draft_cost_ratio,
+            "verify_to_forward_ratio": self.verify_to_forward_ratio,
+            "verify_ratio_warning": (
+                None
+                if self.verify_to_forward_ratio is None
+                else self.verify_to_forward_ratio > VERIFY_RATIO_WARNING
+            ),
+            "acceptance": s.acceptance,
+            "leviathan": self.leviathan,
+            "device_memory": self.device_memory,
+            "not_available": dict(self.not_available),
+            "warnings": list(self.warnings),
+        }
+
+
+def _phase_table(b: Analysis, s: Analysis, spec_per_token: float | None) -> dict[str, dict]:
+    names = list(dict.fromkeys([*b.phases, *s.phases]))
+    table: dict[str, dict[str, Any]] = {}
+    for name in names:
+        wb, ws = b.wall_ns(name), s.wall_ns(name)
+        if wb == 0 and ws == 0:
+            continue
+        bt = wb / b.tokens if b.tokens else None
+        st = ws / s.tokens if s.tokens else None
+        delta = None if bt is None or st is None else st - bt
+        accelerable = name in ACCELERABLE
+        contribution = None
+        if delta is not None and spec_per_token and not accelerable:
+            contribution = -delta / spec_per_token
+        table[name] = {
+            "accelerable": accelerable,
+            "baseline_wall_ns": wb,
+            "spec_wall_ns": ws,
+            "baseline_share": wb / b.window_ns,
+            "spec_share": ws / s.window_ns,
+            "baseline_ns_per_token": bt,
+            "spec_ns_per_token": st,
+            "delta_ns_per_token": delta,
+            "gap_contribution": contribution,
+        }
+    return table
+
+
+def compare_runs(baseline: Analysis, spec: Analysis) -> Comparison:
+    """Compare a baseline analysis with a speculative one (see the module docs).
+
+    Raises :class:`BadInputError` unless *baseline* is a baseline run and *spec* a
+    speculative one.
+    """
+    if baseline.mode != "baseline" or spec.mode != "spec":
+        raise BadInputError(
+            "compare needs a baseline run (forward phases) and a speculative run (draft/verify "
+            f"phases); got {baseline.mode} ({baseline.path}) and {spec.mode} ({spec.path})"
+        )
+    b, s = baseline, spec
+    na: dict[str, str] = {}
+    warnings: list[str] = []
+    p = b.p
+    r = predicted = measured = gap = None
+    spec_per_token = s.per_token_ns
+    if not b.tokens or not s.tokens:
+        which = [a.path or "?" for a in (b, s) if not a.tokens]
+        why = f"output tokens are not available for {', '.join(which)} (no tokens marks)"
+        for key in ("r", "predicted_speedup", "measured_speedup", "gap"):
+            na[key] = why
+    elif s.accelerable_ns <= 0 or b.accelerable_ns <= 0:
+        for key in ("r", "predicted_speedup", "gap"):
+            na[key] = "a run has no accelerable time, so r is undefined"
+        measured = (b.window_ns / b.tokens) / (s.window_ns / s.tokens)
+    else:
+        r = (b.accelerable_ns / b.tokens) / (s.accelerable_ns / s.tokens)
+        predicted = amdahl.amdahl_speedup(p, r) if p is not None else None
+        measured = (b.window_ns / b.tokens) / (s.window_ns / s.tokens)
+        gap = None if predicted is None else measured / predicted - 1.0
+    if b.tokens and s.tokens and b.tokens != s.tokens:
+        warnings.append(
+            f"the runs emitted different token counts ({b.tokens} vs {s.tokens}); "
+            "times are compared per output token"
+        )
+    if b.gpu != s.gpu:
+        warnings.append("one run has GPU activity and the other does not")
+
+    phases = _phase_table(b, s, spec_per_token)
+    moved = sorted(
+        (
+            name
+            for name, row in phases.items()
+            if row["gap_contribution"] is not None
+            and abs(row["gap_contribution"]) >= MOVE_THRESHOLD
+        ),
+        key=lambda name: -abs(phases[name]["gap_contribution"]),
+    )
+
+    forward = b.per_range_ns.get("forward_ns")
+    verify = s.per_range_ns.get("verify_ns")
+    draft = s.per_range_ns.get("draft_forward_ns")
+    c = draft / forward if draft is not None and forward else None
+    if c is None:
+        na["draft_cost_ratio"] = "needs baseline forward ranges and spec draft ranges with k"
+    ratio = verify / forward if verify is not None and forward else None
+    if ratio is None:
+        na["verify_to_forward_ratio"] = "needs baseline forward and spec verify ranges"
+    leviathan = None
+    if s.acceptance is not None and c is not None and s.k is not None:
+        leviathan = amdahl.whatif(float(s.acceptance["alpha"]), s.k, c, p)
+    else:
+        na["leviathan"] = "needs alpha and k (spec marks) and c (draft vs baseline forward)"
+
+    memory = _memory(b, s, na)
+    return Comparison(
+        baseline=b,
+        spec=s,
+        p=p,
+        r=r,
+        predicted_speedup=predicted,
+        measured_speedup=measured,
+        gap=gap,
+        phases=phases,
+        moved_phases=moved,
+        draft_cost_ratio=c,
+        verify_to_forward_ratio=ratio,
+        leviathan=leviathan,
+        device_memory=memory,
+        not_available=na,
+        warnings=warnings,
+    )
+
+
+def _memory(b: Analysis, s: Analysis, na: dict[str, str]) -> dict[str, Any] | None:
+    """Peak device memory during spec ``verify`` against baseline ``forward`` (or decode)."""
+    if b.device_memory is None or s.device_memory is None:
+        na["device_memory"] = (
+            s.not_available.get("device_memory") or b.not_available.get("device_memory") or "?"
+        )
+        return None
+    bp, sp = b.device_memory["by_phase"], s.device_memory["by_phase"]
+    base_phase = next((x for x in ("forward", "decode") if x in bp), None)
+    if "verify" not in sp or base_phase is None:
+        na["device_memory"] = "no peak marks inside spec verify or baseline forward/decode ranges"
+        return None
+    vb, fb = sp["verify"]["peak_bytes"], bp[base_phase]["peak_bytes"]
+    return {
+        "verify_peak_bytes": vb,
+        "baseline_phase": base_phase,
+        "baseline_peak_bytes": fb,
+        "verify_to_baseline": vb / fb if fb else None,
+        "total_memory_bytes": s.device_memory.get("total_memory_bytes"),
+    }
+
+
+def compare_sweep(baseline: Analysis, specs: list[Analysis]) -> list[Comparison]:
+    """One comparison per speculative run against the same baseline (a k sweep)."""
+    return [compare_runs(baseline, s) for s in specs]
+
+
+def compare_many(analyses: list[Analysis]) -> list[Comparison]:
+    """Compare each speculative run with the nearest baseline before it in *analyses*.
+
+    ``[B1, S1a, S1b, B4, S4]`` gives S1a and S1b against B1 and S4 against B4, so a sweep
+    over settings that need their own baseline (concurrency 1/4/8) is one call. Raises
+    :class:`BadInputError` when a speculative run has no baseline before it, a baseline has
+    no speculative run after it, or there is no speculative run at all.
+    """
+    if not analyses:
+        raise BadInputError("compare needs a baseline trace and at least one speculative trace")
+    out: list[Comparison] = []
+    current: Analysis | None = None
+    used = True
+    for a in analyses:
+        if a.mode == "baseline":
+            if current is not None and not used:
+                raise BadInputError(
+                    f"baseline {current.path} has no speculative trace after it to compare with"
+                )
+            current, used = a, False
+            continue
+        if current is None:
+            modes = ", ".join(f"{x.mode} ({x.path})" for x in analyses)
+            raise BadInputError(
+                "compare needs a baseline trace (forward phases) before the speculative "
+                f"trace(s); got {modes}"
+            )
+        out.append(compare_runs(current, a))
+        used = True
+    if not used and current is not None:
+        raise BadInputError(
+            f"baseline {current.path} has no speculative trace after it to compare with"
+        )
+    return out

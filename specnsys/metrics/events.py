@@ -1,0 +1,120 @@
+"""Trace queries the metrics share: range counts per phase, marks in the window, mark phases.
+
+Everything is scoped like the phase breakdown it complements: one process, its window
+(first ``request`` start to last ``request`` end) and, for phase ranges, its driver thread.
+Phase names come from the same name-mapping rules as the breakdown (the attribution layer's
+SQL), so counts and times always describe the same ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from specnsys.annotate import DOMAIN, PHASES
+from specnsys.attribution.launch import phase_lookup_sql, phase_ranges_sql, rules_for
+
+if TYPE_CHECKING:
+    from specnsys.attribution import PhaseBreakdown, PhaseRules
+    from specnsys.ingest import Trace
+
+__all__ = ["Scope", "mark_phases", "marks", "range_counts", "resolve"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one analysis looks at: process, driver thread, window and naming rules."""
+
+    pid: int | None
+    driver_gtid: int | None
+    start_ns: int
+    end_ns: int
+    rules: PhaseRules
+
+    @classmethod
+    def of(cls, breakdown: PhaseBreakdown, rules: PhaseRules) -> Scope:
+        return cls(
+            breakdown.pid,
+            breakdown.driver_global_tid,
+            breakdown.window_start_ns,
+            breakdown.window_end_ns,
+            rules,
+        )
+
+    def params(self) -> dict[str, object]:
+        return {"pid": self.pid, "gtid": self.driver_gtid, "ws": self.start_ns, "we": self.end_ns}
+
+
+def resolve(rules: object | None) -> PhaseRules:
+    """The rules in force: *rules* (PhaseRules, built-in name or TOML path) or the default."""
+    return rules_for(PHASES, DOMAIN, rules)  # type: ignore[arg-type]
+
+
+def range_counts(trace: Trace, scope: Scope) -> dict[str, int]:
+    """Phase ranges per phase that start inside the window on the driver thread.
+
+    Per-range times (one draft forward, one verify pass, one baseline forward) are a phase's
+    exclusive time divided by these counts.
+    """
+    if scope.pid is None or scope.driver_gtid is None:
+        return {}
+    rows = trace.connection.execute(
+        f"""SELECT phase, count(*) FROM ({phase_ranges_sql(scope.rules)})
+            WHERE gtid = $gtid AND s >= $ws AND s < $we GROUP BY phase""",
+        {"gtid": scope.driver_gtid, "ws": scope.start_ns, "we": scope.end_ns},
+    ).fetchall()
+    return {str(p): int(n) for p, n in rows}
+
+
+def marks(trace: Trace, scope: Scope, names: tuple[str, ...]) -> pl.DataFrame:
+    """Integer marks of the ``specnsys`` domain named one of *names* in the window.
+
+    Columns ``id``, ``name``, ``value`` (the payload), ``t``, ``gtid``; ordered by time then
+    export row, which is emission order on one thread.
+    """
+    return trace.connection.sql(
+        """SELECT id, text AS name, payload_int AS value, start AS t, global_tid AS gtid
+           FROM nvtx
+           WHERE kind = 'mark' AND domain = $domain AND pid = $pid
+             AND list_contains($names, text) AND payload_int IS NOT NULL
+             AND start >= $ws AND start <= $we
+           ORDER BY start, id""",
+        params={
+            "domain": DOMAIN,
+            "pid": scope.pid,
+            "names": list(names),
+            "ws": scope.start_ns,
+            "we": scope.end_ns,
+        },
+    ).pl()
+
+
+def mark_phases(trace: Trace, scope: Scope, name: str) -> pl.DataFrame:
+    """Marks called *name* with the innermost phase range open on their thread (``phase``).
+
+    Workload facts such as ``target_bytes`` and ``device_memory_peak`` are emitted inside the
+    range they describe; this puts each on that range's phase (NULL outside every phase).
+    """
+    points = """
+        SELECT id, payload_int AS value, start AS _t, global_tid AS _gtid FROM nvtx
+        WHERE kind = 'mark' AND domain = $domain AND pid = $pid AND text = $name
+          AND payload_int IS NOT NULL AND start >= $ws AND start <= $we
+    """
+    prm = {
+        "domain": DOMAIN,
+        "pid": scope.pid,
+        "name": name,
+        "ws": scope.start_ns,
+        "we": scope.end_ns,
+    }
+    # The lookup sorts every phase range of the trace: skip it when there is nothing to place.
+    if not trace.connection.execute(f"SELECT count(*) FROM ({points})", prm).fetchall()[0][0]:
+        return pl.DataFrame(
+            schema={"id": pl.Int64, "value": pl.Int64, "t": pl.Int64, "phase": pl.String}
+        )
+    return trace.connection.sql(
+        f"SELECT id, value, _t AS t, phase FROM ({phase_lookup_sql(points, scope.rules)})",
+        params=prm,
+    ).pl()

@@ -1,0 +1,96 @@
+"""Per-request latency from the trace: TTFT, TPOT and end-to-end time, as distributions.
+
+A request is a ``request`` range (payload: request id) of the analyzed process. The workload
+states the rest with marks (``specnsys.annotate.VALUE_MARKS``):
+
+* ``first_token`` (payload: request id) when the request's first output token reaches the
+  host: ``ttft = first_token - request start``;
+* ``output_tokens`` (payload: the request's output length) emitted on the ending thread just
+  before the range ends; a request takes the last such mark on its ending thread at or
+  before its end and not before its start: ``tpot = (end - first_token) / (tokens - 1)``
+  (undefined for one-token requests).
+
+A mark two requests would both claim is given to neither (their TPOT becomes null) rather
+than guessed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from specnsys.attribution.launch import mapped_nvtx_sql
+from specnsys.attribution.rules import REQUEST
+from specnsys.metrics.events import Scope
+
+if TYPE_CHECKING:
+    from specnsys.ingest import Trace
+
+__all__ = ["distribution", "request_latencies"]
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def distribution(values: pl.Series) -> dict[str, float | int | None]:
+    """count, mean, min, p50, p90, p99, max of *values* (nulls dropped; linear quantiles)."""
+    v = values.drop_nulls().cast(pl.Float64)
+    out: dict[str, float | int | None] = {"count": v.len()}
+    if v.len() == 0:
+        out.update(dict.fromkeys(("mean", "min", "p50", "p90", "p99", "max")))
+        return out
+    out["mean"] = float(v.mean())  # type: ignore[arg-type]
+    out["min"] = float(v.min())  # type: ignore[arg-type]
+    for q in QUANTILES:
+        out[f"p{round(q * 100)}"] = float(v.quantile(q, interpolation="linear"))  # type: ignore[arg-type]
+    out["max"] = float(v.max())  # type: ignore[arg-type]
+    return out
+
+
+def request_latencies(trace: Trace, scope: Scope) -> pl.DataFrame:
+    """One row per request range of the process: ``request_id``, ``start``, ``end``,
+    ``first_token``, ``output_tokens``, ``ttft_ns``, ``tpot_ns``, ``latency_ns``.
+
+    ``first_token``/``output_tokens`` are null when the trace lacks the marks; ``end`` is null
+    for a request that never ended in the trace.
+    """
+    sql = f"""
+    WITH req AS (
+        SELECT n.id, n.start AS s, n."end" AS e, n.payload_int AS request_id,
+               coalesce(n.end_global_tid, n.global_tid) AS eg
+        FROM ({mapped_nvtx_sql(scope.rules)}) m JOIN nvtx n ON n.id = m.id
+        WHERE m.phase = '{REQUEST}' AND m.pid = $pid
+    ),
+    mk AS (
+        SELECT id AS mark_id, text AS name, payload_int AS v, start AS t, global_tid AS g
+        FROM nvtx
+        WHERE kind = 'mark' AND domain = 'specnsys' AND pid = $pid AND payload_int IS NOT NULL
+          AND text IN ('first_token', 'output_tokens')
+    ),
+    ft AS (
+        SELECT r.id, min(mk.t) AS first_token
+        FROM req r JOIN mk ON mk.name = 'first_token' AND mk.v = r.request_id
+          AND mk.t >= r.s AND (r.e IS NULL OR mk.t <= r.e)
+        GROUP BY r.id
+    ),
+    ot_marks AS (SELECT * FROM mk WHERE name = 'output_tokens'),
+    ot0 AS (
+        SELECT r.id, o.mark_id, o.v, o.t
+        FROM (SELECT * FROM req WHERE e IS NOT NULL) r
+        ASOF LEFT JOIN ot_marks o ON o.g = r.eg AND o.t <= r.e
+    ),
+    ot AS (
+        SELECT ot0.id, CASE WHEN ot0.t >= r.s
+                    AND count(*) OVER (PARTITION BY ot0.mark_id) = 1 THEN ot0.v END AS tokens
+        FROM ot0 JOIN req r ON r.id = ot0.id
+    )
+    SELECT r.request_id, r.s AS start, r.e AS "end", ft.first_token,
+           ot.tokens AS output_tokens,
+           ft.first_token - r.s AS ttft_ns,
+           CASE WHEN ot.tokens > 1 AND r.e IS NOT NULL
+                THEN (r.e - ft.first_token) / (ot.tokens - 1) END AS tpot_ns,
+           r.e - r.s AS latency_ns
+    FROM req r LEFT JOIN ft ON ft.id = r.id LEFT JOIN ot ON ot.id = r.id
+    ORDER BY r.s, r.id
+    """
+    return trace.connection.sql(sql, params={"pid": scope.pid}).pl()

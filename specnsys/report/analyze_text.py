@@ -1,0 +1,384 @@
+"""Terminal and JSON renderers for ``analyze``, ``compare`` and ``whatif``.
+
+Pure formatting of the dictionaries the metrics layer computes (``Analysis.to_dict()``,
+``Comparison.to_dict()``, ``whatif()``): nothing here derives a number the JSON lacks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "render_analysis_text",
+    "render_comparisons_text",
+    "render_json",
+    "render_whatif_text",
+]
+
+MS = 1e6
+
+
+def render_json(doc: Any) -> str:
+    """Strict JSON (no NaN/Infinity: the metrics use null for what is not available)."""
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def _ms(ns: float | None, digits: int = 3) -> str:
+    return "n/a" if ns is None else f"{ns / MS:.{digits}f}"
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{x:.{digits}%}"
+
+
+def _x(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def _name(path: str | None) -> str:
+    return Path(path).name if path else "trace"
+
+
+def _not_available(na: dict[str, str], skip: tuple[str, ...] = ()) -> list[str]:
+    rows = [(k, v) for k, v in na.items() if k not in skip]
+    if not rows:
+        return []
+    return ["", "not available:", *(f"  {k}: {v}" for k, v in rows)]
+
+
+def _warnings(warnings: list[str]) -> list[str]:
+    return [f"warning: {w}" for w in warnings]
+
+
+# ---------------------------------------------------------------------------------- analyze
+
+
+def _headline(d: dict[str, Any]) -> list[str]:
+    phases = d["phases"]
+    window = d["window_ns"]
+    acc_names = [p for p in d["accelerable_phases"] if phases.get(p, {}).get("wall_ns")]
+    acc_text = " + ".join(f"{p} {_ms(phases[p]['wall_ns'])} ms" for p in acc_names) or "none"
+    non_acc = d["non_accelerable"]
+    rest = ", ".join(f"{r['phase']} {_pct(r['share'])}" for r in non_acc[:6])
+    non_acc_share = 1.0 - d["accelerable_share"]
+    lines = []
+    if d["mode"] == "baseline":
+        lines.append(
+            f"bottleneck share p = {_pct(d['p'])}: the accelerable work ({acc_text}) of the "
+            f"{_ms(window)} ms window"
+        )
+        ceiling = d["amdahl_ceiling"]
+        lines.append(
+            f"Amdahl ceiling {_x(ceiling)}: no draft model can speed this run up more than that"
+            if ceiling is not None
+            else "Amdahl ceiling: none (every nanosecond is accelerable)"
+        )
+    else:
+        lines.append(
+            f"draft + verify take {_pct(d['accelerable_share'])} of this speculative run "
+            f"({acc_text} of {_ms(window)} ms); p and the Amdahl ceiling come from a baseline "
+            "run: specnsys compare BASELINE THIS"
+        )
+    if non_acc:
+        lines.append(
+            f"non-accelerable {_pct(non_acc_share)}, dominated by {non_acc[0]['phase']}: {rest}"
+        )
+    return lines
+
+
+def _phase_table(d: dict[str, Any]) -> list[str]:
+    gpu = d["gpu"]
+    head = f"{'phase':<16}{'wall ms':>11}{'share':>8}{'ranges':>8}{'ms/range':>10}"
+    head += f"{'GPU busy ms':>13}" if gpu else ""
+    lines = [head]
+    rows = sorted(d["phases"].items(), key=lambda kv: -kv[1]["wall_ns"])
+    for name, r in rows:
+        if r["wall_ns"] == 0 and r["ranges"] == 0:
+            continue
+        per = r["wall_ns"] / r["ranges"] if r["ranges"] else None
+        label = name + (" *" if r["accelerable"] else "")
+        line = (
+            f"{label:<16}{_ms(r['wall_ns']):>11}{_pct(r['share']):>8}{r['ranges']:>8,}"
+            f"{_ms(per):>10}"
+        )
+        if gpu:
+            line += f"{_ms(r['gpu_busy_ns']):>13}"
+        lines.append(line)
+    total = sum(r["wall_ns"] for r in d["phases"].values())
+    share = total / d["window_ns"] if d["window_ns"] else 0.0
+    lines.append(f"{'total':<16}{_ms(total):>11}{_pct(share):>8}")
+    lines.append("* accelerable (speculative decoding replaces forward by draft + verify)")
+    return lines
+
+
+def _acceptance(d: dict[str, Any]) -> list[str]:
+    a = d["acceptance"]
+    if a is None:
+        return []
+    by_pos = " ".join(f"{x:.2f}" for x in a["by_position"])
+    lines = [
+        f"acceptance: alpha {a['alpha']:.3f} (pooled per-position survival), mean accepted "
+        f"{a['mean_accepted']:.2f} of k = {a['k']}, tokens per step {a['tokens_per_step']:.2f} "
+        f"(expected at alpha: {a['expected_tokens_per_step']:.2f}); "
+        f"{a['sequence_steps']:,} sequence-steps",
+        f"  accepted at position 1..k: {by_pos}; histogram of accepted 0..k: "
+        f"{' '.join(str(v) for v in a['accepted_histogram'])}",
+    ]
+    c = d["draft_cost_ratio"]
+    per = d["per_range_ns"]
+    if c is not None:
+        lines.append(
+            f"draft cost ratio c = {c:.3f} (one draft forward {_ms(per['draft_forward_ns'])} ms "
+            f"/ one verify {_ms(per['verify_ns'])} ms)"
+        )
+    w = d.get("whatif")
+    if w:
+        verdict = (
+            "speculation pays"
+            if w["speculation_pays"]
+            else "speculation cannot pay at this c (needs alpha > c)"
+        )
+        lines.append(
+            f"Leviathan at alpha {w['alpha']:.3f}, c {w['c']:.3f}: expected "
+            f"{_x(w['expected_speedup'])} of decode at k = {w['k']}; best k = {w['best_k']} "
+            f"({_x(w['best_speedup'])}): {verdict}"
+        )
+    return lines
+
+
+def _latency(d: dict[str, Any]) -> list[str]:
+    lat = d["latency"]
+    if not lat["latency_ns"]["count"]:
+        return []
+    cols = ("mean", "min", "p50", "p90", "p99", "max")
+    lines = [f"{'per request (ms)':<18}{'n':>4}" + "".join(f"{c:>10}" for c in cols)]
+    for key, label in (("ttft_ns", "TTFT"), ("tpot_ns", "TPOT"), ("latency_ns", "end to end")):
+        dist = lat[key]
+        if not dist["count"]:
+            continue
+        lines.append(
+            f"{label:<18}{dist['count']:>4}" + "".join(f"{_ms(dist[c]):>10}" for c in cols)
+        )
+    return lines
+
+
+def _bandwidth(d: dict[str, Any]) -> list[str]:
+    bw = d["bandwidth"]
+    if not bw:
+        return []
+    lines = [f"memory bandwidth ({bw['source']}):"]
+    for phase, r in bw["by_phase"].items():
+        if bw["source"] == "gpu_metrics":
+            lines.append(
+                f"  {phase:<14} mean DRAM {r['mean_pct']:.1f}% of peak; "
+                f"{_pct(r['fraction_above_threshold'])} of samples >= {bw['threshold_pct']:.0f}%"
+            )
+        else:
+            rate = r["bytes_per_s"]
+            lines.append(
+                f"  {phase:<14} {r['bytes'] / 1e9:.3f} GB in {_ms(r['gpu_busy_ns'])} ms GPU busy"
+                + (
+                    f" = {rate / 1e9:.1f} GB/s, {_pct(r['fraction_of_peak'])} of peak"
+                    if rate is not None
+                    else ""
+                )
+            )
+    return lines
+
+
+def _memory(d: dict[str, Any]) -> list[str]:
+    mem = d["device_memory"]
+    if not mem:
+        return []
+    lines = [f"peak device memory ({mem['source']}):"]
+    for phase, r in mem["by_phase"].items():
+        lines.append(f"  {phase:<14} peak {r['peak_bytes'] / 2**20:,.1f} MiB over {r['ranges']}")
+    return lines
+
+
+def _window_basis(d: dict[str, Any]) -> str:
+    if d["requests"]:
+        return "first request start to last request end"
+    return "no request ranges: the span of the process's ranges and GPU work"
+
+
+def render_analysis_text(d: dict[str, Any]) -> str:
+    """The ``analyze`` report: the answer first, then the evidence, then what is missing."""
+    mode = "speculative run" if d["mode"] == "spec" else "baseline run"
+    k = f" (k = {d['k']})" if d.get("k") else ""
+    tokens = f"{d['tokens']:,} output tokens" if d["tokens"] is not None else "tokens n/a"
+    lines = [
+        f"{_name(d['path'])}: {mode}{k}, process {d['pid']}, phases by rules '{d['rules']}'",
+        f"window {_ms(d['window_ns'])} ms ({_window_basis(d)}): {tokens}, "
+        f"{d['steps']:,} decode steps, {d['requests']:,} requests",
+        "",
+        *_headline(d),
+        f"per output token {_ms(d['per_token_ns'])}"
+        + (" ms" if d["per_token_ns"] is not None else "")
+        + f"; sampler share {_pct(d['sampler_share'])}",
+        "",
+        *_phase_table(d),
+    ]
+    for block in (_acceptance(d), _latency(d), _bandwidth(d), _memory(d)):
+        if block:
+            lines += ["", *block]
+    lines += _not_available(d["not_available"])
+    if d["warnings"]:
+        lines += ["", *_warnings(d["warnings"])]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- compare
+
+
+def _comparison_detail(c: dict[str, Any]) -> list[str]:
+    k = f" (k = {c['k']})" if c.get("k") else ""
+    lines = [
+        f"{_name(c['baseline'])} (baseline) vs {_name(c['spec'])}{k}",
+        f"p = {_pct(c['p'])}   r = {_num(c['r'])}   predicted {_x(c['predicted_speedup'])}   "
+        f"measured {_x(c['measured_speedup'])}   gap {_signed_pct(c['gap'])}   "
+        f"(Amdahl ceiling {_x(c['amdahl_ceiling'])})",
+    ]
+    if c["gap"] is not None:
+        if c["prediction_holds"]:
+            lines.append(
+                f"the Amdahl prediction holds within {c['tolerance']:.0%}: non-accelerable time "
+                "per token stayed put"
+                + (f" (largest move: {c['moved_phase']})" if c["moved_phase"] else "")
+            )
+        else:
+            moved = c["moved_phase"] or "no single phase"
+            lines.append(
+                f"the prediction misses by more than {c['tolerance']:.0%}: non-accelerable time "
+                f"moved, most of all in {moved}"
+            )
+    nt = c["non_accelerable_ns_per_token"]
+    lines.append(
+        f"non-accelerable per token: baseline {_ms(nt['baseline'])} ms, "
+        f"speculative {_ms(nt['spec'])} ms"
+    )
+    lines += [
+        "",
+        f"{'phase':<16}{'base ms/tok':>12}{'spec ms/tok':>12}{'delta':>10}{'gap share':>11}",
+    ]
+    rows = sorted(
+        c["phases"].items(),
+        key=lambda kv: (kv[1]["accelerable"], -abs(kv[1]["delta_ns_per_token"] or 0.0)),
+    )
+    for name, r in rows:
+        label = name + (" *" if r["accelerable"] else "")
+        contrib = r["gap_contribution"]
+        lines.append(
+            f"{label:<16}{_ms(r['baseline_ns_per_token'], 4):>12}"
+            f"{_ms(r['spec_ns_per_token'], 4):>12}{_ms(r['delta_ns_per_token'], 4):>10}"
+            f"{'' if contrib is None else _signed_pct(contrib):>11}"
+        )
+    lines.append(
+        "* accelerable; gap share: the part of the gap each phase explains (they sum to it)"
+    )
+    extra = []
+    if c["draft_cost_ratio"] is not None:
+        extra.append(f"draft cost ratio c = {c['draft_cost_ratio']:.3f} (vs a baseline forward)")
+    if c["verify_to_forward_ratio"] is not None:
+        flag = (
+            "  WARNING: > 1.3, verification is not almost free" if c["verify_ratio_warning"] else ""
+        )
+        extra.append(f"verify / baseline forward = {c['verify_to_forward_ratio']:.2f}{flag}")
+    lev = c.get("leviathan")
+    if lev:
+        extra.append(
+            f"Leviathan at alpha {lev['alpha']:.3f}, k {lev['k']}, c {lev['c']:.3f}: decode "
+            f"{_x(lev['expected_speedup'])} -> end to end {_x(lev['e2e_speedup'])}; best k = "
+            f"{lev['best_k']} ({_x(lev['best_speedup'])} decode, "
+            f"{_x(lev['best_e2e_speedup'])} end to end)"
+        )
+    mem = c.get("device_memory")
+    if mem:
+        extra.append(
+            f"peak device memory: verify {mem['verify_peak_bytes'] / 2**20:,.1f} MiB vs baseline "
+            f"{mem['baseline_phase']} {mem['baseline_peak_bytes'] / 2**20:,.1f} MiB"
+        )
+    if extra:
+        lines += ["", *extra]
+    lines += _not_available(c["not_available"])
+    if c["warnings"]:
+        lines += ["", *_warnings(c["warnings"])]
+    return lines
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _signed_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def render_comparisons_text(comparisons: list[dict[str, Any]]) -> str:
+    """One comparison in detail; several as one sweep table followed by each in detail."""
+    if len(comparisons) == 1:
+        return "\n".join(_comparison_detail(comparisons[0]))
+    lines = [
+        f"{'speculative run':<28}{'baseline':<24}{'k':>3}{'p':>8}{'r':>7}{'predicted':>11}"
+        f"{'measured':>10}{'gap':>8}  moved",
+    ]
+    for c in comparisons:
+        lines.append(
+            f"{_name(c['spec']):<28}{_name(c['baseline']):<24}{c['k'] or '-':>3}"
+            f"{_pct(c['p']):>8}{_num(c['r']):>7}{_x(c['predicted_speedup']):>11}"
+            f"{_x(c['measured_speedup']):>10}{_signed_pct(c['gap']):>8}  "
+            f"{c['moved_phase'] or '-'}"
+        )
+    for c in comparisons:
+        lines += ["", *_comparison_detail(c)]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- whatif
+
+
+def render_whatif_text(w: dict[str, Any], sources: dict[str, str] | None = None) -> str:
+    """Leviathan's expected speedup by k, the best k, and the Amdahl-limited end-to-end result."""
+    src = sources or {}
+
+    def origin(key: str) -> str:
+        return f" ({src[key]})" if key in src else ""
+
+    lines = [
+        f"alpha = {w['alpha']:.3f}{origin('alpha')}, c = {w['c']:.3f}{origin('c')}"
+        + (f", k = {w['k']}{origin('k')}" if w["k"] is not None else "")
+        + (f", p = {w['p']:.1%}{origin('p')}" if w["p"] is not None else ""),
+    ]
+    if w["expected_speedup"] is not None:
+        lines.append(
+            f"expected decode speedup at k = {w['k']}: {_x(w['expected_speedup'])} "
+            f"(tau = {w['tau']:.2f} tokens per step)"
+            + (f"; end to end {_x(w['e2e_speedup'])}" if w["e2e_speedup"] is not None else "")
+        )
+    limit = (
+        " (the search limit: larger k may be better still)" if w["best_k_at_search_limit"] else ""
+    )
+    lines.append(
+        f"best k = {w['best_k']}{limit}: {_x(w['best_speedup'])} decode"
+        + (f", {_x(w['best_e2e_speedup'])} end to end" if w["best_e2e_speedup"] is not None else "")
+    )
+    if not w["speculation_pays"]:
+        lines.append("speculation cannot pay here: the best k is still slower (needs alpha > c)")
+    if w["amdahl_ceiling"] is not None:
+        lines.append(f"Amdahl ceiling at p = {w['p']:.1%}: {_x(w['amdahl_ceiling'])}")
+    else:
+        lines.append("end to end: needs p (a baseline trace or --p)")
+    lines += [
+        "",
+        f"{'k':>3}{'tau':>8}{'decode':>9}" + (f"{'e2e':>9}" if w["p"] is not None else ""),
+    ]
+    for row in w["by_k"]:
+        mark = " <- best" if row["k"] == w["best_k"] else ""
+        lines.append(
+            f"{row['k']:>3}{row['tau']:>8.2f}{_x(row['speedup']):>9}"
+            + (f"{_x(row['e2e_speedup']):>9}" if w["p"] is not None else "")
+            + mark
+        )
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""``analyze``, ``compare`` and ``whatif`` end to end: JSON contract, text, exit codes.
+
+The bundled sample traces are real nsys captures of the instrument workload on CPU; their
+timings differ per capture, so these tests check structure and internal consistency (shares
+sum to the window, predicted = Amdahl(p, r)), never exact timings.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specnsys.cli.main import main
+from specnsys.metrics import amdahl_speedup
+from specnsys.testing import NsysExportBuilder
+from tests.conftest import SAMPLE_TRACES, sha256
+
+BASE = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
+SPEC = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
+SWEEP = [SAMPLE_TRACES / f"spec_chat_c4_k{k}.sqlite" for k in (2, 4, 6)]
+ALL = sorted(SAMPLE_TRACES.glob("*.sqlite"))
+
+ANALYZE_KEYS = {
+    "mode": str,
+    "window_ns": int,
+    "tokens": int,
+    "steps": int,
+    "requests": int,
+    "phases": dict,
+    "accelerable_ns": int,
+    "per_token_ns": float,
+    "sampler_share": float,
+    "not_available": dict,
+}
+NULLABLE = {
+    "p": float,
+    "amdahl_ceiling": float,
+    "acceptance": dict,
+    "draft_cost_ratio": float,
+    "bandwidth": dict,
+}
+COMPARE_KEYS = ("p", "r", "predicted_speedup", "measured_speedup", "gap")
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def analyze_json(capsys: pytest.CaptureFixture[str], path: Path) -> dict:
+    code, out, err = cli(capsys, "analyze", "--json", str(path))
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_analyze_json_contract_on_every_sample_trace(capsys, path: Path) -> None:
+    doc = analyze_json(capsys, path)
+    for key, kind in ANALYZE_KEYS.items():
+        assert type(doc[key]) is kind, key
+    for key, kind in NULLABLE.items():
+        assert key in doc and (doc[key] is None or type(doc[key]) is kind), key
+    for phase, row in doc["phases"].items():
+        assert type(row["wall_ns"]) is int and type(row["share"]) is float, phase
+        assert row["gpu_busy_ns"] is None  # CPU captures: not available, not zero
+        assert 0.0 <= row["share"] <= 1.0
+    assert sum(r["wall_ns"] for r in doc["phases"].values()) == doc["window_ns"]
+    spec = path.name.startswith("spec")
+    assert doc["mode"] == ("spec" if spec else "baseline")
+    # 8 requests; tokens from the per-step marks equal the per-request output lengths
+    assert doc["requests"] == 8
+    per_request = doc["latency"]["per_request"]
+    assert doc["tokens"] == sum(r["output_tokens"] for r in per_request)
+    assert all(r["ttft_ns"] > 0 and r["tpot_ns"] > 0 for r in per_request)
+    assert doc["latency"]["ttft_ns"]["count"] == 8
+    assert doc["per_token_ns"] == pytest.approx(doc["window_ns"] / doc["tokens"])
+    assert doc["bandwidth"] is None and "no GPU work" in doc["not_available"]["bandwidth"]
+    if spec:
+        k = int(path.stem.split("_k")[1])
+        acc = doc["acceptance"]
+        assert doc["k"] == k and len(acc["by_position"]) == k
+        assert len(acc["accepted_histogram"]) == k + 1
+        assert sum(acc["accepted_histogram"]) == acc["sequence_steps"]
+        assert 0.0 < acc["alpha"] < 1.0
+        assert acc["tokens_per_step"] == pytest.approx(acc["mean_accepted"] + 1)
+        survival = acc["by_position"]
+        assert all(a >= b for a, b in zip(survival, survival[1:], strict=False))
+        assert doc["p"] is None and "p" in doc["not_available"]
+        assert doc["draft_cost_ratio"] > 0
+    else:
+        assert 0.0 < doc["p"] < 1.0
+        assert doc["p"] == pytest.approx(doc["accelerable_ns"] / doc["window_ns"])
+        assert doc["amdahl_ceiling"] == pytest.approx(1 / (1 - doc["p"]))
+        assert doc["acceptance"] is None and doc["steps"] > 0
+
+
+def test_analyze_text_leads_with_the_answer(capsys) -> None:
+    code, out, _ = cli(capsys, "analyze", str(BASE))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("baseline_chat_c4.sqlite: baseline run")
+    assert lines[3].startswith("bottleneck share p = ")
+    assert lines[4].startswith("Amdahl ceiling ")
+    assert lines[5].startswith("non-accelerable ") and "dominated by" in lines[5]
+    assert "not available:" in out and "no GPU work" in out
+    code, out, _ = cli(capsys, "analyze", str(SPEC))
+    assert "speculative run (k = 4)" in out.splitlines()[0]
+    assert "acceptance: alpha" in out and "draft cost ratio c = " in out
+
+
+def test_compare_json_is_consistent(capsys) -> None:
+    code, out, err = cli(capsys, "compare", "--json", str(BASE), str(SPEC))
+    assert code == 0, err
+    doc = json.loads(out)
+    for key in COMPARE_KEYS:
+        assert type(doc[key]) is float, key
+    assert isinstance(doc["phases"], dict) and doc["k"] == 4
+    assert doc["predicted_speedup"] == pytest.approx(amdahl_speedup(doc["p"], doc["r"]))
+    assert doc["gap"] == pytest.approx(doc["measured_speedup"] / doc["predicted_speedup"] - 1)
+    contributions = [
+        r["gap_contribution"] for r in doc["phases"].values() if r["gap_contribution"] is not None
+    ]
+    assert sum(contributions) == pytest.approx(doc["gap"])
+    assert doc["tokens"]["baseline"] == doc["tokens"]["spec"] == 256
+
+
+def test_compare_sweep_gives_one_row_per_run(capsys) -> None:
+    code, out, err = cli(capsys, "compare", "--json", str(BASE), *map(str, SWEEP))
+    assert code == 0, err
+    runs = json.loads(out)["runs"]
+    assert [r["k"] for r in runs] == [2, 4, 6]
+    assert len({r["p"] for r in runs}) == 1  # one baseline
+    code, out, _ = cli(capsys, "compare", str(BASE), *map(str, SWEEP))
+    table = out.splitlines()
+    assert table[0].startswith("speculative run") and "predicted" in table[0]
+    assert [line.split()[0] for line in table[1:4]] == [p.name for p in SWEEP]
+
+
+def test_compare_names_the_phase_that_moved_on_the_rag_captures(capsys) -> None:
+    """rag: long prompts, and the noised draft's prefill costs about as much as the target's,
+    so non-accelerable time grows by draft_prefill; the report must say so."""
+    code, out, err = cli(
+        capsys,
+        "compare",
+        "--json",
+        str(SAMPLE_TRACES / "baseline_rag_c4.sqlite"),
+        str(SAMPLE_TRACES / "spec_rag_c4_k4.sqlite"),
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["moved_phase"] == "draft_prefill"
+    assert doc["phases"]["draft_prefill"]["gap_contribution"] < -0.05
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["compare", str(SPEC), str(SPEC)], "baseline"),
+        (["compare", str(BASE)], "at least one speculative"),
+        (["compare", str(BASE), str(BASE)], "no speculative trace after it"),
+        (["whatif", "--c", "0.1"], "alpha"),
+        (["whatif", "--alpha", "1.5", "--c", "0.1"], "alpha"),
+        (["whatif", str(SPEC), str(SPEC)], "one trace per mode"),
+        (["analyze", "--rules", "/nonexistent/rules.toml", str(BASE)], "rules"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, args: list[str], needle: str) -> None:
+    code, out, err = cli(capsys, *args)
+    assert code == 2
+    assert out == "" and len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_analyze_trace_without_phases_is_exit_2_and_leaves_the_file_alone(
+    tmp_path: Path,
+) -> None:
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.push_pop(0, 100, "some_range", pid=1, tid=1)
+    path = b.write(tmp_path / "plain.sqlite")
+    before = sha256(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "analyze", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert sha256(path) == before
+
+
+def test_whatif_flags_reproduce_a_published_cell(capsys) -> None:
+    code, out, err = cli(capsys, "whatif", "--alpha", "0.8", "--c", "0.1", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["best_k"] == 6 and round(doc["best_speedup"], 2) == 2.47
+    assert doc["e2e_speedup"] is None and doc["p"] is None
+    code, out, _ = cli(capsys, "whatif", "--alpha", "0.8", "--c", "0.1", "--k", "4", "--p", "0.5")
+    assert "best k = 6" in out and "Amdahl ceiling at p = 50.0%: 2.00x" in out
+
+
+def test_whatif_from_measured_traces(capsys) -> None:
+    code, out, err = cli(capsys, "whatif", "--json", str(BASE), str(SPEC))
+    assert code == 0, err
+    doc = json.loads(out)
+    base, spec = analyze_json(capsys, BASE), analyze_json(capsys, SPEC)
+    assert doc["p"] == pytest.approx(base["p"])
+    assert doc["alpha"] == pytest.approx(spec["acceptance"]["alpha"]) and doc["k"] == 4
+    assert doc["sources"]["c"].startswith("measured: draft forward / baseline forward")
+    assert doc["e2e_speedup"] == pytest.approx(amdahl_speedup(doc["p"], doc["expected_speedup"]))
+    code, out, _ = cli(capsys, "whatif", "--json", "--alpha", "0.5", str(SPEC))
+    assert json.loads(out)["alpha"] == 0.5  # a flag overrides the measured value
