@@ -27,7 +27,6 @@ from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.launch import (
     UNANNOTATED,
     gpu_ops_with_phase,
-    phase_lookup_sql,
     phase_ranges_sql,
     rules_for,
 )
@@ -152,6 +151,7 @@ def timeline_lanes(
     step: int | None = None,
     start_ns: int | None = None,
     end_ns: int | None = None,
+    window_ms: tuple[float, float] | None = None,
     pid: int | None = None,
     rules: PhaseRules | str | None = None,
     phases: Sequence[str] = PHASES,
@@ -159,8 +159,9 @@ def timeline_lanes(
 ) -> TimelineLanes:
     """Lanes of one window of *trace* (see the module docs and :class:`TimelineLanes`).
 
-    *start_ns*/*end_ns* (session clock) override *step*; the process and its driver thread
-    are the ones :func:`exclusive_phase_times` analyzes.
+    *start_ns*/*end_ns* (session clock) override *step*, and *window_ms* (milliseconds
+    from the start of the analysis window, e.g. ``(120.0, 125.5)``) overrides both; the
+    process and its driver thread are the ones :func:`exclusive_phase_times` analyzes.
     """
     mapping = rules_for(phases, domain, rules)
     breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping)
@@ -171,6 +172,10 @@ def timeline_lanes(
         )
     pid = breakdown.pid
     all_ops = gpu_ops_with_phase(trace, rules=mapping).filter(pl.col("pid") == pid)
+    if window_ms is not None:
+        a, b = window_ms
+        start_ns = breakdown.window_start_ns + round(a * 1e6)
+        end_ns = breakdown.window_start_ns + round(b * 1e6)
     if start_ns is not None or end_ns is not None:
         ws = breakdown.window_start_ns if start_ns is None else int(start_ns)
         we = breakdown.window_end_ns if end_ns is None else int(end_ns)
@@ -182,68 +187,104 @@ def timeline_lanes(
             trace, mapping, gtid, breakdown.window_start_ns, breakdown.window_end_ns, step,
             all_ops,
         )  # fmt: skip
-    prm = {"gtid": gtid, "ws": ws, "we": we, "open": _OPEN_END}
     con = trace.connection
-
-    cpu = con.sql(
+    caps = trace.summary.capabilities
+    not_available: dict[str, str] = {}
+    api_schema = {"name": pl.String, "phase": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
+    api_raw = pl.DataFrame(schema={"name": pl.String, "start": pl.Int64, "end": pl.Int64})
+    if not caps["cuda_api"].available:
+        not_available["api"] = caps["cuda_api"].reason
+    else:
+        api_raw = con.sql(
+            """SELECT name, start, "end" FROM runtime
+               WHERE global_tid = $gtid AND start < $we AND "end" > $ws
+                 AND event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
+               ORDER BY start, "end" """,
+            params={"gtid": gtid, "ws": ws, "we": we},
+        ).pl()
+    # Ranges are read from the earliest API call on (a call may start before the window), so
+    # every call finds the phase it started in; levels come from one sorted sweep (ranges of
+    # one thread nest: the running count of open ranges at a start is its level + 1).
+    lo = min([ws, *api_raw["start"].to_list()[:1]])
+    ranges = con.sql(
         f"""WITH r AS (
                 SELECT id, s, coalesce(e, $open) AS e, phase FROM ({phase_ranges_sql(mapping)})
-                WHERE gtid = $gtid AND s < $we AND coalesce(e, $open) > $ws
+                WHERE gtid = $gtid AND s < $we AND coalesce(e, $open) > $lo
+            ),
+            ev AS (
+                SELECT id, s AS t, 1 AS d, 1 AS is_start, e FROM r
+                UNION ALL SELECT id, e, -1, 0, e FROM r
+            ),
+            lv AS (
+                SELECT id, sum(d) OVER (
+                    ORDER BY t, is_start, CASE WHEN is_start = 1 THEN -e ELSE 0 END, id
+                    ROWS UNBOUNDED PRECEDING) - 1 AS level, is_start
+                FROM ev
             )
-            SELECT r.phase, (greatest(r.s, $ws) - $ws)::BIGINT AS start_ns,
-                   (least(r.e, $we) - $ws)::BIGINT AS end_ns,
-                   (SELECT count(*) FROM r o
-                    WHERE o.id <> r.id AND o.s <= r.s AND o.e >= r.e
-                      AND (o.s < r.s OR o.e > r.e OR o.id < r.id))::INTEGER AS level
-            FROM r ORDER BY start_ns, level""",
-        params=prm,
+            SELECT r.phase, r.s, r.e, lv.level::INTEGER AS level
+            FROM r JOIN lv ON lv.id = r.id AND lv.is_start = 1""",
+        params={"gtid": gtid, "we": we, "lo": lo, "open": _OPEN_END},
     ).pl()
+    cpu = (
+        ranges.filter((pl.col("s") < we) & (pl.col("e") > ws))
+        .select(
+            "phase",
+            (pl.max_horizontal("s", pl.lit(ws)) - ws).cast(pl.Int64).alias("start_ns"),
+            (pl.min_horizontal("e", pl.lit(we)) - ws).cast(pl.Int64).alias("end_ns"),
+            "level",
+        )
+        .sort("start_ns", "level")
+    )
 
-    # Elementary segments between CPU range boundaries, each owned by the innermost range.
-    segments_sql = f"""
-        WITH b AS (
-            SELECT greatest(s, $ws) AS t FROM ({phase_ranges_sql(mapping)})
-            WHERE gtid = $gtid AND s < $we AND coalesce(e, $open) > $ws
-            UNION SELECT least(coalesce(e, $open), $we) FROM ({phase_ranges_sql(mapping)})
-            WHERE gtid = $gtid AND s < $we AND coalesce(e, $open) > $ws
-            UNION SELECT $ws::BIGINT UNION SELECT $we::BIGINT
-        ),
-        seg AS (SELECT t, lead(t) OVER (ORDER BY t) AS t_next FROM b)
-        SELECT $gtid::BIGINT AS _gtid, t AS _t, t_next FROM seg WHERE t_next > t
-    """
-    segments = con.sql(
-        f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase, _t AS s, t_next AS e
-            FROM ({phase_lookup_sql(segments_sql, mapping)})""",
-        params=prm,
-    ).pl()
+    ranges_name = f"_specnsys_lanes_ranges_{uuid.uuid4().hex}"
+    api_name = f"_specnsys_lanes_api_{uuid.uuid4().hex}"
+    con.register(ranges_name, ranges.to_arrow())
+    con.register(api_name, api_raw.to_arrow())
+    try:
+        # Elementary segments between range boundaries, each owned by the innermost range
+        # covering it (the deepest level); uncovered time is unannotated.
+        segments = con.sql(
+            f"""WITH b AS (
+                    SELECT greatest(s, $ws) AS t FROM {ranges_name} WHERE s < $we AND e > $ws
+                    UNION SELECT least(e, $we) FROM {ranges_name} WHERE s < $we AND e > $ws
+                    UNION SELECT $ws::BIGINT UNION SELECT $we::BIGINT
+                ),
+                seg AS (SELECT t AS s, lead(t) OVER (ORDER BY t) AS e FROM b),
+                own AS (
+                    SELECT seg.s, arg_max(r.phase, r.level) AS phase
+                    FROM seg JOIN {ranges_name} r ON r.s <= seg.s AND r.e >= seg.e
+                    WHERE seg.e > seg.s GROUP BY seg.s
+                )
+                SELECT coalesce(own.phase, '{UNANNOTATED}') AS phase,
+                       (seg.s - $ws)::BIGINT AS s, (seg.e - $ws)::BIGINT AS e
+                FROM seg LEFT JOIN own USING (s) WHERE seg.e > seg.s ORDER BY seg.s""",
+            params={"ws": ws, "we": we},
+        ).pl()
+        api = con.sql(
+            f"""WITH own AS (
+                    SELECT a.start, a."end", a.name, arg_max(r.phase, r.level) AS phase
+                    FROM {api_name} a JOIN {ranges_name} r ON r.s <= a.start AND a.start < r.e
+                    GROUP BY ALL
+                )
+                SELECT a.name, coalesce(own.phase, '{UNANNOTATED}') AS phase,
+                       (greatest(a.start, $ws) - $ws)::BIGINT AS start_ns,
+                       (least(a."end", $we) - $ws)::BIGINT AS end_ns
+                FROM {api_name} a LEFT JOIN own USING (start, "end", name)
+                ORDER BY start_ns, end_ns""",
+            params={"ws": ws, "we": we},
+        ).pl()
+    finally:
+        con.unregister(ranges_name)
+        con.unregister(api_name)
+    if api.height == 0:
+        api = pl.DataFrame(schema=api_schema)
     cpu_exclusive = {
         str(r["phase"]): int(r["ns"])
         for r in segments.group_by("phase")
         .agg((pl.col("e") - pl.col("s")).sum().alias("ns"))
-        .sort("ns", descending=True)
+        .sort("ns", "phase", descending=[True, False])
         .iter_rows(named=True)
     }
-
-    caps = trace.summary.capabilities
-    not_available: dict[str, str] = {}
-    if not caps["cuda_api"].available:
-        not_available["api"] = caps["cuda_api"].reason
-        api = pl.DataFrame(
-            schema={"name": pl.String, "phase": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
-        )
-    else:
-        api_points = """
-            SELECT global_tid AS _gtid, start AS _t, start, "end", name FROM runtime
-            WHERE global_tid = $gtid AND start < $we AND "end" > $ws
-              AND event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
-        """
-        api = con.sql(
-            f"""SELECT name, coalesce(phase, '{UNANNOTATED}') AS phase,
-                       (greatest(start, $ws) - $ws)::BIGINT AS start_ns,
-                       (least("end", $we) - $ws)::BIGINT AS end_ns
-                FROM ({phase_lookup_sql(api_points, mapping)}) ORDER BY start_ns, end_ns""",
-            params={"gtid": gtid, "ws": ws, "we": we},
-        ).pl()
 
     gpu_schema = {
         "lane": pl.String,
@@ -302,17 +343,15 @@ def timeline_lanes(
                         WHERE kind = 0 AND next_kind = 1 AND t_next > t),
                 owner AS (
                     SELECT gap.start_ns, gap.end_ns, sg.phase,
-                           sum(least(gap.end_ns, sg.e - $ws) - greatest(gap.start_ns, sg.s - $ws))
-                               AS overlap
-                    FROM gap JOIN {seg_name} sg
-                      ON sg.s - $ws < gap.end_ns AND sg.e - $ws > gap.start_ns
+                           sum(least(gap.end_ns, sg.e) - greatest(gap.start_ns, sg.s)) AS overlap
+                    FROM gap JOIN {seg_name} sg ON sg.s < gap.end_ns AND sg.e > gap.start_ns
                     GROUP BY ALL
                 )
                 SELECT gap.start_ns::BIGINT AS start_ns, gap.end_ns::BIGINT AS end_ns,
                        first(owner.phase ORDER BY owner.overlap DESC, owner.phase) AS cpu_phase
                 FROM gap LEFT JOIN owner USING (start_ns, end_ns)
                 GROUP BY ALL ORDER BY start_ns""",
-            params={"len": we - ws, "ws": ws},
+            params={"len": we - ws},
         ).pl()
     finally:
         con.unregister(gpu_name)

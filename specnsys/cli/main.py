@@ -17,8 +17,15 @@ from specnsys.errors import EXIT_BAD_INPUT, SpecnsysError
 EXIT_INTERNAL = 3
 
 
+_PENDING_WARNINGS: list[str] = []
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
-    print(f"specnsys: warning: {message}", file=sys.stderr)
+    # Held until the command ends: printed after a result, dropped when the command fails, so
+    # that a failure is always exactly one line on stderr.
+    text = f"specnsys: warning: {message}"
+    if text not in _PENDING_WARNINGS:
+        _PENDING_WARNINGS.append(text)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,7 +36,19 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from specnsys import __version__
-    from specnsys.cli import info, phases, profile, sql
+    from specnsys.cli import (
+        analyze,
+        compare,
+        info,
+        kernels,
+        phases,
+        plot,
+        profile,
+        ranges,
+        report,
+        sql,
+        whatif,
+    )
 
     parser = _Parser(
         prog="specnsys",
@@ -44,16 +63,26 @@ def build_parser() -> argparse.ArgumentParser:
     info.register(sub)
     sql.register(sub)
     phases.register(sub)
+    ranges.register(sub)
+    kernels.register(sub)
     profile.register(sub)
+    analyze.register(sub)
+    compare.register(sub)
+    whatif.register(sub)
+    plot.register(sub)
+    report.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
+    _PENDING_WARNINGS.clear()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        print(*_PENDING_WARNINGS, sep="\n", file=sys.stderr, end="\n" if _PENDING_WARNINGS else "")
+        return code
     except SpecnsysError as exc:
         print(f"specnsys: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,0 +1,40 @@
+"""``specnsys report TRACE [BASELINE] -o report.html``: one self-contained HTML report."""
+
+from __future__ import annotations
+
+import argparse
+
+from specnsys.cli.analyze import add_rules_argument, load_rules_arg
+from specnsys.cli.plot import add_window_argument, check_output
+from specnsys.errors import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="self-contained HTML report: the answer, figures, what to cut first, tables",
+    )
+    p.add_argument("trace", help="nsys .sqlite export (the speculative run, or any run)")
+    p.add_argument("baseline", nargs="?", help="the baseline run to compare it with")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="report file")
+    p.add_argument("--step", type=int, metavar="N",
+                   help="decode step the timeline shows, from 0 (default: the median-length one)")  # fmt: skip
+    add_window_argument(p)
+    add_rules_argument(p)
+    p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specnsys.report.build import build_report
+
+    out = check_output(args.output, ("html", "htm"))
+    if args.step is not None and args.window is not None:
+        raise UsageError("give --step or --window, not both")
+    rules = load_rules_arg(args.rules)
+    page = build_report(args.trace, args.baseline, rules=rules, pid=args.pid, step=args.step,
+                        window_ms=args.window, use_cache=not args.no_cache)  # fmt: skip
+    # The page is built whole in memory first: a failed analysis never touches the output.
+    out.write_text(page, encoding="utf-8")
+    print(f"{out}: {len(page) / 1024:.0f} KiB")
+    return 0

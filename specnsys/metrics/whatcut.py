@@ -1,0 +1,146 @@
+"""What to cut first: how far the Amdahl ceiling rises if one non-accelerable phase went away.
+
+Speculative decoding only speeds up the accelerable time ``A`` (``forward`` in a baseline run,
+``draft`` + ``verify`` in a speculative one) of a window ``W``; its ceiling is
+``1 / (1 - p)`` with ``p = A / W``. If a non-accelerable phase with exclusive time ``x`` went
+to zero, the window would shrink to ``W - x`` and the bottleneck share would grow to
+``p' = A / (W - x)``, so the ceiling becomes ``1 / (1 - p') = (W - x) / (W - x - A)``. The
+phases are ranked by that rise: it tells a team which overhead (prefill, sampling, KV-cache
+work, host syncs, scheduling) limits speculative decoding most. Beside it,
+``combined_ceiling = W / (W - x - A)`` is the speedup over the current run if the phase went
+away *and* the accelerable work became free.
+
+Input is the ``analyze --json`` document (a plain dict), so the ranking works on saved JSON too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ACCELERABLE", "CutCandidate", "WhatCut", "accelerable_phases", "what_to_cut"]
+
+ACCELERABLE: tuple[str, ...] = ("forward", "draft", "verify")
+"""Accelerable phases (DESIGN.md section 3): a baseline run has ``forward``, a speculative run
+``draft`` + ``verify`` in its place; the same tuple as :data:`specnsys.metrics.analysis.ACCELERABLE`
+(kept here too so this module reads saved JSON without loading the trace stack)."""
+
+
+def accelerable_phases(analysis: Mapping[str, Any]) -> tuple[str, ...]:
+    """The accelerable phases that have time in *analysis* (all three when none has)."""
+    phases = analysis.get("phases") or {}
+    present = tuple(p for p in ACCELERABLE if int((phases.get(p) or {}).get("wall_ns") or 0) > 0)
+    return present or ACCELERABLE
+
+
+def _ceiling(p: float) -> float:
+    return math.inf if p >= 1.0 else 1.0 / (1.0 - p)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class CutCandidate:
+    """One non-accelerable phase and what removing it would do to the ceiling."""
+
+    phase: str
+    wall_ns: int
+    share: float
+    """``wall_ns / window_ns`` of the analyzed run."""
+    p_after: float
+    """Bottleneck share with the phase gone: ``A / (W - x)``."""
+    ceiling_after: float
+    """``1 / (1 - p_after)``; ``inf`` when nothing non-accelerable would be left."""
+    ceiling_gain: float
+    """``ceiling_after - ceiling``: the ranking key."""
+    combined_ceiling: float
+    """``W / (W - x - A)``: speedup over this run with the phase gone and ``A`` free."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "wall_ns": self.wall_ns,
+            "share": self.share,
+            "p_after": self.p_after,
+            "ceiling_after": _finite(self.ceiling_after),
+            "ceiling_gain": _finite(self.ceiling_gain),
+            "combined_ceiling": _finite(self.combined_ceiling),
+        }
+
+
+@dataclass(frozen=True)
+class WhatCut:
+    """The ranking, with the numbers it starts from (``p``, ceiling, ``A``, ``W``)."""
+
+    mode: str | None
+    window_ns: int
+    accelerable_ns: int
+    accelerable: tuple[str, ...]
+    p: float | None
+    ceiling: float | None
+    candidates: list[CutCandidate] = field(default_factory=list)
+    not_available: str | None = None
+    """Why there is no ranking (e.g. an empty window), else None."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "window_ns": self.window_ns,
+            "accelerable_ns": self.accelerable_ns,
+            "accelerable": list(self.accelerable),
+            "p": self.p,
+            "ceiling": None if self.ceiling is None else _finite(self.ceiling),
+            "non_accelerable_ns": self.window_ns - self.accelerable_ns,
+            "non_accelerable_share": (
+                (self.window_ns - self.accelerable_ns) / self.window_ns if self.window_ns else None
+            ),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "not_available": self.not_available,
+        }
+
+
+def what_to_cut(analysis: Mapping[str, Any]) -> WhatCut:
+    """Rank the non-accelerable phases of *analysis* (an ``analyze --json`` dict).
+
+    ``A`` is ``accelerable_ns`` when present, else the summed ``wall_ns`` of the accelerable
+    phases; ``p = A / W`` over ``window_ns`` (the same denominator as every share
+    of the analysis). Phases with no exclusive time are left out; ties keep phase-name order.
+    """
+    mode = analysis.get("mode")
+    accel = accelerable_phases(analysis)
+    phases: Mapping[str, Mapping[str, Any]] = analysis.get("phases") or {}
+    window = int(analysis.get("window_ns") or 0)
+    a_ns = analysis.get("accelerable_ns")
+    if a_ns is None:
+        a_ns = sum(int(phases.get(p, {}).get("wall_ns") or 0) for p in accel)
+    a_ns = int(a_ns)
+    if window <= 0:
+        return WhatCut(mode, window, a_ns, accel, None, None, [], "the analysis window is empty")
+    if a_ns <= 0:
+        return WhatCut(
+            mode, window, a_ns, accel, 0.0, 1.0, [],
+            f"no accelerable time ({' + '.join(accel)}) in the window: nothing to speed up",
+        )  # fmt: skip
+    p = a_ns / window
+    ceiling = _ceiling(p)
+    candidates = []
+    for name in sorted(phases):
+        if name in ACCELERABLE:
+            continue
+        x = int(phases[name].get("wall_ns") or 0)
+        if x <= 0:
+            continue
+        rest = window - x
+        p_after = a_ns / rest if rest > 0 else 1.0
+        after = _ceiling(p_after)
+        left = rest - a_ns
+        combined = math.inf if left <= 0 else window / left
+        candidates.append(
+            CutCandidate(name, x, x / window, p_after, after, after - ceiling, combined)
+        )
+    candidates.sort(key=lambda c: (-c.ceiling_gain, c.phase))
+    return WhatCut(mode, window, a_ns, accel, p, ceiling, candidates)

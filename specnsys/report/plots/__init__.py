@@ -1,0 +1,67 @@
+"""The five figures of a report, as ``*_data`` (what to draw) + ``*_figure`` (drawing).
+
+Every ``*_data`` function takes the plain dicts of ``analyze --json`` / ``compare --json``
+(or, for the timeline, :meth:`TimelineLanes.to_dict`) and returns a JSON-able dict: titles,
+labels, bar lengths, curve points. Tests snapshot that data, not pixels. Every ``*_figure``
+function draws one such dict into a matplotlib :class:`~matplotlib.figure.Figure`;
+:func:`save_figure` writes it as PNG or SVG.
+
+========== ===================================================== ===========================
+kind       shows                                                 data from
+========== ===================================================== ===========================
+phases     stacked bars of exclusive time per phase, one per run  analyses
+amdahl     speedup vs r for the measured p, ceilings, cut curves  analysis (+ comparison)
+acceptance per-position acceptance and accepted-per-step histogram spec analysis
+sweep      predicted vs measured speedup across runs (k, c, ...)  comparisons
+timeline   one decode step as CPU / API / GPU lanes               timeline lanes
+========== ===================================================== ===========================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from specnsys.report.plots.acceptance import acceptance_data, acceptance_figure
+from specnsys.report.plots.amdahl import amdahl_data, amdahl_figure
+from specnsys.report.plots.common import FORMATS, save_figure, svg_text
+from specnsys.report.plots.phases import phases_data, phases_figure
+from specnsys.report.plots.sweep import sweep_data, sweep_figure
+from specnsys.report.plots.timeline import timeline_data, timeline_figure
+
+__all__ = [
+    "DRAW",
+    "FORMATS",
+    "KINDS",
+    "acceptance_data",
+    "acceptance_figure",
+    "amdahl_data",
+    "amdahl_figure",
+    "draw",
+    "phases_data",
+    "phases_figure",
+    "save_figure",
+    "svg_text",
+    "sweep_data",
+    "sweep_figure",
+    "timeline_data",
+    "timeline_figure",
+]
+
+KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline")
+"""The figure kinds, in report order."""
+
+DRAW: dict[str, Callable[[Mapping[str, Any]], Figure]] = {
+    "phases": phases_figure,
+    "amdahl": amdahl_figure,
+    "acceptance": acceptance_figure,
+    "sweep": sweep_figure,
+    "timeline": timeline_figure,
+}
+
+
+def draw(data: Mapping[str, Any]) -> Figure:
+    """Draw any figure data dict (its ``kind`` picks the drawing function)."""
+    return DRAW[data["kind"]](data)

@@ -1,0 +1,176 @@
+"""Figure 2, Amdahl chart: end-to-end speedup against r for the measured p.
+
+Draws ``S(r) = 1 / ((1 - p) + p / r)`` for the measured bottleneck share, its ceiling
+``1 / (1 - p)``, the measured and predicted operating points when a baseline/spec comparison
+is given, and the curves of the non-accelerable phases worth cutting first: ``p`` grows to
+``A / (W - x)`` if a phase of exclusive time ``x`` went to zero
+(:mod:`specnsys.metrics.whatcut` ranks them). Every label sits in the legend, so no text can
+collide with a curve or another label.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+from specnsys.metrics.amdahl import amdahl_speedup
+from specnsys.metrics.whatcut import what_to_cut
+from specnsys.report.palette import phase_color
+from specnsys.report.plots.common import new_figure, not_available_panel, style
+from specnsys.report.plots.phases import accelerable_label, headline
+
+__all__ = ["amdahl_data", "amdahl_figure"]
+
+_CATCH_ALL = {"unannotated", "unattributed_gpu"}  # nothing a user can cut by name
+_POINTS = 60
+
+
+def _grid(lo: float, hi: float) -> list[float]:
+    step = (math.log(hi) - math.log(lo)) / (_POINTS - 1)
+    return [math.exp(math.log(lo) + i * step) for i in range(_POINTS)]
+
+
+def amdahl_data(
+    analysis: Mapping[str, Any],
+    comparison: Mapping[str, Any] | None = None,
+    *,
+    max_cuts: int = 2,
+) -> dict[str, Any]:
+    """What figure 2 draws.
+
+    *analysis* is the ``analyze --json`` dict whose p the chart is about (the baseline's
+    when a comparison exists); *comparison* the ``compare --json`` dict of baseline vs spec,
+    which gives the operating point (``r``, measured and predicted speedups).
+    """
+    cut = what_to_cut(analysis)
+    p, _, sentence = headline(analysis)
+    if comparison is not None and comparison.get("p") is not None:
+        p = float(comparison["p"])
+    if p is None:
+        return {"kind": "amdahl", "title": sentence, "not_available": cut.not_available}
+    r = comparison.get("r") if comparison else None
+    r = float(r) if r is not None and r > 0 else None
+    lo = 1.0
+    while r is not None and lo > 0.8 * r:  # a power of two left of the operating point
+        lo /= 2
+    hi = max(32.0, 2.0 * r) if r else 32.0
+    grid = _grid(lo, hi)
+
+    def curve(label: str, share: float, cut_share: float, phase: str | None) -> dict[str, Any]:
+        # Speedup over today's run when a phase of window share cut_share is gone and the
+        # accelerable part gets r times faster: 1 / ((1 - p - s) + p / r), which is Amdahl's
+        # law for p' = p / (1 - s), scaled by the 1 / (1 - s) the cut alone gives.
+        rest = 1.0 - cut_share
+        ceiling = None if share >= 1.0 else 1.0 / (rest * (1.0 - share))
+        return {
+            "label": label,
+            "p": share,
+            "ceiling": ceiling,
+            "phase": phase,
+            "r": grid,
+            "speedup": [amdahl_speedup(share, x) / rest for x in grid],
+        }
+
+    name = accelerable_label(analysis)
+    ceiling = None if p >= 1.0 else 1.0 / (1.0 - p)
+    ceiling_text = f"{ceiling:.1f}x" if ceiling else "none"
+    curves = [curve(f"measured: {name} p = {p:.2f}, ceiling {ceiling_text}", p, 0.0, None)]
+    picked = [c for c in cut.candidates if c.phase not in _CATCH_ALL][:max_cuts]
+    sampler = next((c for c in cut.candidates if c.phase == "sample"), None)
+    if sampler is not None and sampler not in picked:
+        picked.append(sampler)  # the issue's running example: "if sampling went to zero"
+    for c in picked:
+        # The legend names the ceiling of the ranking (1 / (1 - p'), what the report's table
+        # and answer quote) and the curve's own asymptote on this axis (over today's run).
+        after = f"{c.ceiling_after:.1f}x" if math.isfinite(c.ceiling_after) else "none"
+        both = f"{c.combined_ceiling:.1f}x" if math.isfinite(c.combined_ceiling) else "no limit"
+        curves.append(
+            curve(f"without {c.phase} ({c.share:.0%} of time): p' = {c.p_after:.2f}, ceiling "
+                  f"{after}; {both} over today's run", c.p_after, c.share, c.phase)
+        )  # fmt: skip
+
+    points = []
+    if comparison is not None and r is not None:
+        for key, what in (("measured_speedup", "measured"), ("predicted_speedup", "predicted")):
+            value = comparison.get(key)
+            if value is not None:
+                points.append(
+                    {"kind": what, "r": r, "speedup": float(value),
+                     "label": f"{what}: {float(value):.2f}x at r = {r:.2f}"}
+                )  # fmt: skip
+    if comparison is not None and len(points) == 2:
+        m, pr = points[0]["speedup"], points[1]["speedup"]
+        title = (
+            f"{name} is {p:.0%} of baseline time: ceiling {ceiling_text}; "
+            f"measured {m:.2f}x vs predicted {pr:.2f}x"
+        )
+    else:
+        title = sentence
+        if picked:
+            best = picked[0]
+            if math.isfinite(best.ceiling_after):
+                title += f"; cutting {best.phase} raises it to {best.ceiling_after:.1f}x"
+    note = None if points else "no operating point: give a baseline and a speculative run"
+    return {
+        "kind": "amdahl",
+        "title": title,
+        "subtitle": "S = 1 / ((1 - p) + p / r); dashed: one non-accelerable phase cut to zero "
+        "as well; dotted: where each curve levels off",
+        "p": p,
+        "ceiling": ceiling,
+        "r_range": [lo, hi],
+        "curves": curves,
+        "points": points,
+        "note": note,
+        "not_available": None,
+    }
+
+
+def amdahl_figure(data: Mapping[str, Any]) -> Figure:
+    """Draw figure 2 from :func:`amdahl_data`."""
+    with style("amdahl"):
+        fig = new_figure(9, 5.6)
+        ax = fig.add_subplot()
+        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        if data.get("not_available"):
+            not_available_panel(ax, "Amdahl chart", data["not_available"])
+            return fig
+        subtitle = "\n".join(x for x in (data["subtitle"], data.get("note")) if x)
+        ax.set_title(subtitle, fontsize=9, color="#555555", fontweight="normal")
+        top = 1.0
+        for i, c in enumerate(data["curves"]):
+            color = "#222222" if c["phase"] is None else phase_color(c["phase"])
+            style_ = "-" if i == 0 else "--"
+            ax.plot(c["r"], c["speedup"], style_, color=color, lw=2.2 if i == 0 else 1.6,
+                    label=c["label"])  # fmt: skip
+            if c["ceiling"] is not None:
+                ax.axhline(c["ceiling"], color=color, lw=0.8, ls=":", alpha=0.9)
+                top = max(top, c["ceiling"])
+        ax.axhline(1.0, color="#999999", lw=0.8)
+        # A big hollow diamond under a small filled dot: both stay visible when they coincide.
+        markers = {"measured": ("o", "#000000", 7, 6), "predicted": ("D", "white", 12, 5)}
+        for pt in data["points"]:
+            marker, face, size, z = markers[pt["kind"]]
+            ax.plot([pt["r"]], [pt["speedup"]], marker, ms=size, mfc=face, mec="#000000",
+                    mew=1.5, ls="none", label=pt["label"], zorder=z)  # fmt: skip
+            top = max(top, pt["speedup"])
+        lo, hi = data["r_range"]
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ticks = [2.0**e for e in range(-8, 12) if lo <= 2.0**e <= hi]
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+        bottom = min([0.0] + [pt["speedup"] for pt in data["points"]])
+        ax.set_ylim(bottom, top * 1.12)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+        ax.set_xlabel("r: speedup of the accelerable part (log scale)")
+        ax.set_ylabel("end-to-end speedup over the baseline")
+        ax.grid(True, which="major", color="#EEEEEE", lw=0.8)
+        longest = max(len(c["label"]) for c in data["curves"])
+        fig.legend(loc="outside lower center", ncol=1 if longest > 50 else 2, fontsize=8.5)
+        return fig

@@ -1,0 +1,177 @@
+"""Figure 1, phase breakdown: one stacked horizontal bar of exclusive time per run.
+
+Bars are in milliseconds per output token when every run counted its tokens (so a baseline
+and a speculative run, or the runs of a sweep, compare on the same scale and the shorter bar
+is the faster run), else in shares of each run's window. Segment labels are always shares of
+that run's window: the segments of a bar sum to 100%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from specnsys.metrics.whatcut import accelerable_phases, what_to_cut
+from specnsys.report.palette import ordered_phases, phase_color, text_color_on
+from specnsys.report.plots.common import (
+    fit_labels,
+    legend_phases,
+    new_figure,
+    phase_legend,
+    style,
+)
+
+__all__ = ["accelerable_label", "headline", "phases_data", "phases_figure"]
+
+_ACCEL_WORDS = {"forward": "decode forward", "draft+verify": "draft + verify"}
+
+
+def accelerable_label(analysis: Mapping[str, Any]) -> str:
+    """How titles name the accelerable work of *analysis* ("decode forward", ...)."""
+    key = "+".join(accelerable_phases(analysis))
+    return _ACCEL_WORDS.get(key, key.replace("+", " + "))
+
+
+def headline(analysis: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
+    """(p, ceiling, sentence) for *analysis*: the finding a title leads with.
+
+    ``p`` and the ceiling are the analysis's own (``p``, ``amdahl_ceiling``) when it has
+    them, else the accelerable share of this run (see :mod:`specnsys.metrics.whatcut`).
+    """
+    cut = what_to_cut(analysis)
+    p = analysis.get("p")
+    p = cut.p if p is None else float(p)
+    ceiling = analysis.get("amdahl_ceiling")
+    ceiling = cut.ceiling if ceiling is None else float(ceiling)
+    mode = analysis.get("mode")
+    name = accelerable_label(analysis)
+    if p is None:
+        return None, None, f"{name}: no time to attribute ({cut.not_available})"
+    verb = "are" if "+" in name else "is"
+    where = "" if mode == "baseline" else f" of the {mode or 'analyzed'} run"
+    tail = f"ceiling {ceiling:.1f}x" if ceiling is not None else "no ceiling (p = 1)"
+    return p, ceiling, f"{name} {verb} {p:.0%} of time{where}: {tail}"
+
+
+def phases_data(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """What figure 1 draws for *runs* (label, ``analyze --json`` dict), top bar first."""
+    per_token = all(int(a.get("tokens") or 0) > 0 for _, a in runs) and bool(runs)
+    unit = "ms per output token" if per_token else "share of the run's window (%)"
+    phases = ordered_phases(
+        name for _, a in runs for name, row in (a.get("phases") or {}).items() if row["wall_ns"]
+    )
+    bars = []
+    for label, a in runs:
+        window = int(a.get("window_ns") or 0)
+        tokens = int(a.get("tokens") or 0)
+        left, segments = 0.0, []
+        for name in phases:
+            row = (a.get("phases") or {}).get(name)
+            if not row or not row["wall_ns"] or window <= 0:
+                continue
+            wall = int(row["wall_ns"])
+            share = float(row.get("share", wall / window))
+            width = wall / tokens / 1e6 if per_token else share * 100
+            segments.append(
+                {
+                    "phase": name,
+                    "wall_ns": wall,
+                    "share": share,
+                    "left": left,
+                    "width": width,
+                    "text": f"{share:.0%}" if share >= 0.005 else "",
+                    "text_long": f"{name} {share:.0%}",
+                }
+            )
+            left += width
+        total = (
+            f"{window / tokens / 1e6:.3f} ms/token, {tokens} tokens"
+            if per_token
+            else f"{window / 1e6:.1f} ms window"
+        )
+        bars.append(
+            {"label": label, "mode": a.get("mode"), "total": left, "total_text": total,
+             "segments": segments}
+        )  # fmt: skip
+    weights: dict[str, float] = {}
+    for bar in bars:
+        for seg in bar["segments"]:
+            weights[seg["phase"]] = weights.get(seg["phase"], 0.0) + seg["share"]
+    legend = legend_phases(phases, weights)
+    lead = next((a for _, a in runs if a.get("mode") == "baseline"), runs[0][1] if runs else {})
+    title = headline(lead)[2] if runs else "no runs"
+    spec_shares = sorted(
+        p for _, a in runs if a is not lead and a.get("mode") == "spec"
+        for p in [headline(a)[0]] if p is not None
+    )  # fmt: skip
+    if spec_shares:
+        lo, hi = spec_shares[0], spec_shares[-1]
+        span = f"{lo:.0%}" if f"{lo:.0%}" == f"{hi:.0%}" else f"{lo:.0%} to {hi:.0%}"
+        title += f"; with speculation, draft + verify take {span}"
+    return {
+        "kind": "phases",
+        "title": title,
+        "subtitle": (
+            "exclusive wall time per phase (every instant counted once); "
+            "labels: share of each run's window"
+        ),
+        "unit": unit,
+        "phases": phases,
+        "legend": legend[0],
+        "legend_more": legend[1],
+        "bars": bars,
+    }
+
+
+def phases_figure(data: Mapping[str, Any]) -> Figure:
+    """Draw figure 1 from :func:`phases_data`."""
+    with style("phases"):
+        bars = data["bars"]
+        fig = new_figure(10, 1.6 + 0.75 * max(len(bars), 1))
+        ax = fig.add_subplot()
+        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        ax.set_title(data["subtitle"], fontsize=9, color="#555555", fontweight="normal")
+        n = len(bars)
+        labels = {}
+        longest = max((b["total"] for b in bars), default=1.0) or 1.0
+        for i, bar in enumerate(bars):
+            y = n - 1 - i
+            for seg in bar["segments"]:
+                color = phase_color(seg["phase"])
+                (patch,) = ax.barh(
+                    y, seg["width"], left=seg["left"], height=0.62, color=color,
+                    edgecolor="white", linewidth=0.8,
+                )  # fmt: skip
+                if seg["text"]:
+                    # The long text when it fits, else the short one (fit_labels decides).
+                    for text in (seg["text_long"], seg["text"]):
+                        t = ax.text(
+                            seg["left"] + seg["width"] / 2, y, text, ha="center",
+                            va="center", fontsize=8.5, color=text_color_on(color),
+                        )  # fmt: skip
+                        labels[t] = (ax, patch)
+            ax.text(
+                bar["total"] + longest * 0.01, y, bar["total_text"], va="center",
+                ha="left", fontsize=8.5, color="#333333",
+            )  # fmt: skip
+        ax.set_yticks(range(n), [b["label"] for b in reversed(bars)])
+        ax.set_xlim(0, longest * 1.28)
+        ax.set_ylim(-0.6, n - 0.4)
+        ax.set_xlabel(data["unit"])
+        ax.tick_params(axis="y", length=0)
+        phase_legend(fig, data["legend"], more=data["legend_more"])
+        fit_labels(fig, labels)
+        _one_label_per_segment(labels)
+        return fig
+
+
+def _one_label_per_segment(labels: Mapping[Any, tuple[Any, Any]]) -> None:
+    """Keep only the first visible label of each segment (the long one when it fitted)."""
+    seen: set[int] = set()
+    for text, (_ax, patch) in labels.items():
+        if text.get_visible():
+            if id(patch) in seen:
+                text.set_visible(False)
+            seen.add(id(patch))

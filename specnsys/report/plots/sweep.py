@@ -1,0 +1,124 @@
+"""Figure 4, sweep: predicted vs measured speedup across runs (k, concurrency, or any labels).
+
+One point per speculative run, each compared with its own baseline (``compare --json``): the
+Amdahl prediction from the baseline's p and the run's r, and the measured per-token speedup.
+The x axis is ``k`` when every run reports a distinct k (``k`` or ``acceptance.k`` in its
+analysis), else ``concurrency`` when every run reports a distinct one, else the run labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from specnsys.report.palette import phase_color
+from specnsys.report.plots.common import new_figure, not_available_panel, style
+
+__all__ = ["sweep_data", "sweep_figure"]
+
+
+def _k(analysis: Mapping[str, Any]) -> int | None:
+    k = analysis.get("k")
+    if k is None:
+        k = (analysis.get("acceptance") or {}).get("k")
+    return None if k is None else int(k)
+
+
+def _axis(runs: Sequence[Mapping[str, Any]]) -> tuple[str, list[Any]]:
+    for name, get in (("k", _k), ("concurrency", lambda a: a.get("concurrency"))):
+        values = [get(r["analysis"]) for r in runs]
+        if all(v is not None for v in values) and len(set(values)) == len(values):
+            return name, values
+    return "run", [r["label"] for r in runs]
+
+
+def sweep_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What figure 4 draws.
+
+    Each run is ``{"label": str, "analysis": analyze dict of the speculative run,
+    "comparison": compare dict against its baseline}``.
+    """
+    usable = [
+        r
+        for r in runs
+        if r.get("comparison")
+        and r["comparison"].get("measured_speedup") is not None
+        and r["comparison"].get("predicted_speedup") is not None
+    ]
+    if not usable:
+        return {
+            "kind": "sweep",
+            "title": "sweep: not available",
+            "not_available": "needs at least one speculative run compared with a baseline",
+        }
+    axis, xs = _axis(usable)
+    if axis != "run":
+        usable = [r for _, r in sorted(zip(xs, usable, strict=True), key=lambda t: t[0])]
+        xs = sorted(xs)
+    measured = [float(r["comparison"]["measured_speedup"]) for r in usable]
+    predicted = [float(r["comparison"]["predicted_speedup"]) for r in usable]
+    # compare's gap: measured / predicted - 1 (negative: the run fell short of the prediction).
+    gap = [
+        float(r["comparison"]["gap"]) if r["comparison"].get("gap") is not None else m / p - 1
+        for r, m, p in zip(usable, measured, predicted, strict=True)
+    ]
+    best = max(range(len(usable)), key=lambda i: measured[i])
+    worst = max(range(len(usable)), key=lambda i: abs(gap[i]))
+    where = f"{axis} = {xs[best]}" if axis != "run" else str(xs[best])
+    if measured[best] > 1.0:
+        title = f"best measured: {measured[best]:.2f}x at {where}"
+    else:
+        title = f"no run beats its baseline (best {measured[best]:.2f}x at {where})"
+    title += f"; prediction off by up to {abs(gap[worst]):.0%}"
+    return {
+        "kind": "sweep",
+        "title": title,
+        "not_available": None,
+        "axis": axis,
+        "x": xs,
+        "labels": [r["label"] for r in usable],
+        "measured": measured,
+        "predicted": predicted,
+        "gap": gap,
+        "p": [r["comparison"].get("p") for r in usable],
+        "r": [r["comparison"].get("r") for r in usable],
+    }
+
+
+def sweep_figure(data: Mapping[str, Any]) -> Figure:
+    """Draw figure 4 from :func:`sweep_data`."""
+    with style("sweep"):
+        fig = new_figure(8.5, 5.2)
+        ax = fig.add_subplot()
+        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        if data.get("not_available"):
+            not_available_panel(ax, "sweep", data["not_available"])
+            return fig
+        positions = list(range(len(data["x"])))
+        accel = phase_color("verify")
+        ax.fill_between(positions, data["predicted"], data["measured"], color="#DDDDDD",
+                        label="gap", step=None)  # fmt: skip
+        ax.plot(positions, data["predicted"], "D--", color=accel, ms=7, lw=1.6,
+                mfc="white", mew=1.6, label="predicted (Amdahl, baseline p and this r)")  # fmt: skip
+        ax.plot(positions, data["measured"], "o-", color="#222222", ms=7, lw=2,
+                label="measured (baseline / spec time per token)")  # fmt: skip
+        ax.axhline(1.0, color="#999999", lw=0.8)
+        if data["axis"] == "run":
+            ticks = list(data["labels"])
+        else:
+            ticks = [f"{data['axis']} = {x}" for x in data["x"]]
+        ax.set_xticks(positions, [f"{t}\n{e:+.0%}" for t, e in zip(ticks, data["gap"],
+                                                                     strict=True)])  # fmt: skip
+        ax.set_xlim(-0.4, len(positions) - 0.6)
+        values = data["measured"] + data["predicted"] + [1.0]
+        span = max(values) - min(values) or 1.0
+        ax.set_ylim(max(0.0, min(values) - 0.15 * span), max(values) + 0.3 * span)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.2g}x"))
+        ax.set_ylabel("end-to-end speedup over the baseline")
+        ax.set_xlabel(f"{data['axis']} (below: gap = measured / predicted - 1)")
+        ax.grid(True, axis="y", color="#EEEEEE")
+        fig.legend(loc="outside lower center", ncol=3, fontsize=8.5)
+        return fig

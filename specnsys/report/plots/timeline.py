@@ -1,0 +1,169 @@
+"""Figure 5, timeline: one decode step (or any window) as lanes.
+
+Top to bottom: the phase ranges open on the driver thread (one lane per nesting level), the
+CUDA API calls it made, one lane per GPU stream with each kernel/copy coloured by the phase
+that launched it, and the GPU's idle gaps labelled with what the CPU was doing meanwhile. The
+data comes from :func:`specnsys.attribution.lanes.timeline_lanes` (``.to_dict()``); this
+module only lays it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from specnsys.report.palette import ordered_phases, phase_color, text_color_on
+from specnsys.report.plots.common import (
+    fit_labels,
+    legend_phases,
+    new_figure,
+    phase_legend,
+    style,
+)
+
+__all__ = ["timeline_data", "timeline_figure"]
+
+_LABEL_MIN = 0.02  # bars narrower than this share of the window never get a text label
+_GAP_COLOR = "#F3F3F3"
+
+
+def _bar(row: Mapping[str, Any], window: int, text: str | None = None) -> dict[str, Any]:
+    start, end = int(row["start_ns"]), int(row["end_ns"])
+    wide = window > 0 and (end - start) / window >= _LABEL_MIN
+    return {
+        "phase": row.get("phase"),
+        "start_ms": start / 1e6,
+        "width_ms": (end - start) / 1e6,
+        "text": (text if text is not None else str(row.get("phase") or "")) if wide else "",
+    }
+
+
+def timeline_data(lanes: Mapping[str, Any]) -> dict[str, Any]:
+    """What figure 5 draws, from :meth:`TimelineLanes.to_dict`."""
+    window = int(lanes["window_ns"])
+    rows: list[dict[str, Any]] = []
+    levels = sorted({int(r["level"]) for r in lanes["cpu"]})
+    for level in levels:
+        name = "CPU: driver thread" if level == 0 else f"CPU: nested {level}"
+        bars = [_bar(r, window) for r in lanes["cpu"] if int(r["level"]) == level]
+        rows.append({"name": name, "kind": "cpu", "bars": bars})
+    na = lanes.get("not_available") or {}
+    if lanes["api"]:
+        rows.append(
+            {
+                "name": "CUDA API (driver thread)",
+                "kind": "api",
+                "bars": [_bar(r, window, str(r["name"])) for r in lanes["api"]],
+            }
+        )
+    gpu_lanes = sorted({str(r["lane"]) for r in lanes["gpu"]})
+    for lane in gpu_lanes:
+        bars = [_bar(r, window, str(r["name"])) for r in lanes["gpu"] if r["lane"] == lane]
+        rows.append({"name": lane, "kind": "gpu", "bars": bars})
+    gaps = [
+        {
+            "start_ms": int(g["start_ns"]) / 1e6,
+            "width_ms": (int(g["end_ns"]) - int(g["start_ns"])) / 1e6,
+            "cpu_phase": g.get("cpu_phase"),
+        }
+        for g in lanes.get("gpu_gaps") or []
+    ]
+    if "gpu" not in na:
+        rows.append(
+            {
+                "name": "GPU idle" if gaps else "GPU idle: never",
+                "kind": "gap",
+                "bars": [
+                    {"phase": None, "start_ms": g["start_ms"], "width_ms": g["width_ms"],
+                     "text": (f"idle: {g['cpu_phase']}" if g["cpu_phase"] else "idle")
+                     if window and g["width_ms"] * 1e6 / window >= _LABEL_MIN else ""}
+                    for g in gaps
+                ],
+            }
+        )  # fmt: skip
+    window_ms = window / 1e6
+    cpu_ex = lanes.get("cpu_exclusive_ns") or {}
+    busy = lanes.get("gpu_busy_ns")
+    if busy is not None and "gpu" not in na:
+        title = f"GPU busy {busy / window:.0%} of the {window_ms:.2f} ms window" if window else ""
+        if gaps:
+            longest = max(gaps, key=lambda g: g["width_ms"])
+            during = f", during {longest['cpu_phase']}" if longest["cpu_phase"] else ""
+            title += f"; longest idle gap {longest['width_ms']:.2f} ms{during}"
+    else:
+        top = sorted(
+            ((p, ns) for p, ns in cpu_ex.items() if p != "unannotated" and ns > 0),
+            key=lambda t: -t[1],
+        )[:2]
+        parts = ", ".join(f"{p} {ns / window:.0%}" for p, ns in top) if window else ""
+        title = (
+            f"{parts} of the {window_ms:.2f} ms window on the driver thread; no GPU work captured"
+        )
+    lane_names = {"api": "CUDA API lane", "gpu": "GPU lanes"}
+    notes = [f"no {lane_names.get(k, k)}: {why}" for k, why in sorted(na.items())]
+    phases = ordered_phases(
+        b["phase"] for row in rows for b in row["bars"] if b["phase"] is not None
+    )
+    weights: dict[str, float] = {}
+    for row in rows:
+        for b in row["bars"]:
+            if b["phase"] is not None:
+                weights[b["phase"]] = weights.get(b["phase"], 0.0) + b["width_ms"]
+    legend, more = legend_phases(phases, weights)
+    return {
+        "kind": "timeline",
+        "title": title,
+        "subtitle": f"{lanes['label']}; process {lanes['pid']}, thread {lanes['driver_tid']}",
+        "window_ms": window_ms,
+        "rows": rows,
+        "phases": phases,
+        "legend": legend,
+        "legend_more": more,
+        "notes": notes,
+    }
+
+
+def timeline_figure(data: Mapping[str, Any]) -> Figure:
+    """Draw figure 5 from :func:`timeline_data`."""
+    with style("timeline"):
+        rows = data["rows"]
+        fig = new_figure(10, 1.9 + 0.55 * max(len(rows), 1))
+        ax = fig.add_subplot()
+        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        subtitle = "\n".join([data["subtitle"], *data["notes"]])
+        ax.set_title(subtitle, fontsize=9, color="#555555", fontweight="normal")
+        labels = {}
+        n = len(rows)
+        for i, row in enumerate(rows):
+            y = n - 1 - i
+            # One collection per lane and colour: thousands of kernels draw in one call.
+            groups: dict[str | None, list[tuple[float, float]]] = {}
+            for bar in row["bars"]:
+                groups.setdefault(bar["phase"], []).append((bar["start_ms"], bar["width_ms"]))
+            for phase, spans in groups.items():
+                if row["kind"] == "gap":
+                    ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=_GAP_COLOR,
+                                   edgecolors="#AAAAAA", linewidth=0.5, hatch="////")  # fmt: skip
+                else:
+                    ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=phase_color(phase),
+                                   edgecolors="white", linewidth=0.5)  # fmt: skip
+            for bar in row["bars"]:
+                if bar["text"]:
+                    color = _GAP_COLOR if row["kind"] == "gap" else phase_color(bar["phase"])
+                    t = ax.text(
+                        bar["start_ms"] + bar["width_ms"] / 2, y, bar["text"], ha="center",
+                        va="center", fontsize=8, color=text_color_on(color), clip_on=True,
+                    )  # fmt: skip
+                    labels[t] = (ax, (bar["start_ms"], bar["width_ms"], y - 0.35, 0.7))
+        ax.set_yticks(range(n), [r["name"] for r in reversed(rows)])
+        ax.tick_params(axis="y", length=0)
+        ax.set_ylim(-0.6, n - 0.4)
+        ax.set_xlim(0, data["window_ms"] or 1.0)
+        ax.set_xlabel("ms from the window start")
+        ax.grid(True, axis="x", color="#EEEEEE")
+        ax.set_axisbelow(True)
+        phase_legend(fig, data["legend"], more=data["legend_more"])
+        fit_labels(fig, labels)
+        return fig
