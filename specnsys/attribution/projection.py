@@ -34,12 +34,14 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from specnsys.attribution.intervals import islands_sql
+
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = ["nvtx_gpu_projection", "nvtx_gpu_projection_summary"]
 
-_PROJECTION_SQL = """
+_PROJECTION_SQL = f"""
 WITH maxts AS (SELECT greatest(max(start), max("end")) AS m FROM nvtx),
 ops AS (
     SELECT start, "end", correlation_id, pid FROM kernels
@@ -86,19 +88,9 @@ inside AS (
     JOIN ops o ON o.correlation_id = c.corr AND o.pid = c.pid
     WHERE c.a_e <= p.e
 ),
-isl0 AS (
-    SELECT *, max(e) OVER (PARTITION BY id ORDER BY s, e
-        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
-    FROM inside
-),
-isl1 AS (
-    SELECT *, sum(CASE WHEN prev_max IS NULL OR s > prev_max THEN 1 ELSE 0 END)
-        OVER (PARTITION BY id ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
-    FROM isl0
-),
 busy AS (
     SELECT id, sum(b - a)::BIGINT AS gpu_busy_ns
-    FROM (SELECT id, grp, min(s) AS a, max(e) AS b FROM isl1 GROUP BY id, grp) GROUP BY id
+    FROM ({islands_sql("(SELECT id, s, e FROM inside)", "id")}) GROUP BY id
 ),
 proj AS (
     SELECT id, min(s) AS proj_start, max(e) AS proj_end, count(DISTINCT corr) AS gpu_ops
