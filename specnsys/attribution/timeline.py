@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from specnsys.annotate import DOMAIN, PHASES
+from specnsys.attribution.intervals import islands_sql
 from specnsys.attribution.launch import (
     UNANNOTATED,
     UNATTRIBUTED_GPU,
@@ -121,8 +122,9 @@ def _window(trace: Trace, ops_name: str, pid: int | None, rules: PhaseRules) -> 
         f"""SELECT min(s), max(e) FROM (
                 SELECT start AS s, coalesce("end", start) AS e FROM nvtx
                 WHERE pid = $pid AND kind IN ('push_pop', 'start_end') AND start IS NOT NULL
+                  AND coalesce("end", start) >= start  -- backwards rows are ignored everywhere
                 UNION ALL
-                SELECT start, "end" FROM {ops_name} WHERE pid = $pid)""",
+                SELECT start, "end" FROM {ops_name} WHERE pid = $pid AND "end" >= start)""",
         {"pid": pid},
     )
     if span is None or span[0] is None:
@@ -141,24 +143,12 @@ def _window(trace: Trace, ops_name: str, pid: int | None, rules: PhaseRules) -> 
 
 def _islands_sql(ops_name: str) -> str:
     """Per phase, its GPU ops (clipped to the window) merged into disjoint islands ``[a, b)``."""
-    return f"""
-    WITH ops AS (
+    clipped = f"""(
         SELECT phase, greatest(start, $ws) AS s, least("end", $we) AS e
         FROM {ops_name}
         WHERE pid = $pid AND start < $we AND "end" > $ws AND "end" > start
-    ),
-    isl0 AS (
-        SELECT phase, s, e, max(e) OVER (PARTITION BY phase ORDER BY s, e
-            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max
-        FROM ops
-    ),
-    isl1 AS (
-        SELECT *, sum(CASE WHEN prev_max IS NULL OR s > prev_max THEN 1 ELSE 0 END)
-            OVER (PARTITION BY phase ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
-        FROM isl0
-    )
-    SELECT phase, min(s) AS a, max(e) AS b FROM isl1 GROUP BY phase, grp
-    """
+    )"""
+    return islands_sql(clipped, "phase")
 
 
 def _segments_sql(islands_name: str, rules: PhaseRules) -> str:
