@@ -204,12 +204,18 @@ def analyze_trace(
     phases = _phase_rows(b, counts, gpu)
     mode = detect_mode(counts, {k: v["wall_ns"] for k, v in phases.items()})
     if mode is None:
-        present = sorted(k for k, v in phases.items() if v["ranges"] or v["wall_ns"])
+        # the phases present, largest first, at most eight named: one readable line
+        present = sorted(
+            (k for k, v in phases.items() if (v["ranges"] or v["wall_ns"]) and k != UNANNOTATED),
+            key=lambda k: (-phases[k]["wall_ns"], k),
+        )
+        listed = ", ".join(present[:8]) or "none"
+        if len(present) > 8:
+            listed += f" and {len(present) - 8} more"
         raise BadInputError(
             f"{path}: cannot tell a baseline run from a speculative one: no forward (baseline) "
-            f"and no draft/verify (speculative) phase ranges (phases present: "
-            f"{', '.join(p for p in present if p != UNANNOTATED) or 'none'}); map the "
-            "engine's NVTX names onto the phases with --rules"
+            f"and no draft/verify (speculative) phase ranges (phases present: {listed}); map "
+            "the engine's NVTX names onto the phases with --rules"
         )
 
     na: dict[str, str] = {}
