@@ -171,7 +171,9 @@ def timeline_lanes(
             f"{trace.path}: no phase ranges on any thread, so there is no timeline to draw"
         )
     pid = breakdown.pid
-    all_ops = gpu_ops_with_phase(trace, rules=mapping).filter(pl.col("pid") == pl.lit(pid, dtype=pl.Int64))
+    all_ops = gpu_ops_with_phase(trace, rules=mapping).filter(
+        pl.col("pid") == pl.lit(pid, dtype=pl.Int64)
+    )
     if window_ms is not None:
         a, b = window_ms
         start_ns = breakdown.window_start_ns + round(a * 1e6)
