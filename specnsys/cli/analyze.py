@@ -7,6 +7,7 @@ from typing import Any
 
 from specnsys.errors import BadInputError
 from specnsys.ingest import open_trace
+from specnsys.ingest.quality import data_warnings, warn_skipped
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +47,9 @@ def analyze_path(path: str, *, rules: Any = None, pid: int | None = None, use_ca
     from specnsys.metrics import analyze_trace
 
     with open_trace(path, use_cache=use_cache) as trace:
-        return analyze_trace(trace, rules=rules, pid=pid)
+        analysis = analyze_trace(trace, rules=rules, pid=pid)
+        warn_skipped(data_warnings(trace), path)  # malformed rows the analysis skipped
+        return analysis
 
 
 def run(args: argparse.Namespace) -> int:

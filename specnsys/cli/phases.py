@@ -8,6 +8,7 @@ from specnsys.attribution.rules import resolve_rules
 from specnsys.attribution.timeline import exclusive_phase_times
 from specnsys.errors import BadInputError
 from specnsys.ingest import open_trace
+from specnsys.ingest.quality import data_warnings, warn_skipped
 from specnsys.report.phases_text import render_phases_json, render_phases_text
 
 
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
         breakdown = exclusive_phase_times(trace, pid=args.pid, rules=rules)
         caps = trace.summary.capabilities
+        notes = data_warnings(trace)  # what was skipped, said after success (exit 2 = 1 line)
     if breakdown.window_ns <= 0:
         who = f"process {args.pid} has" if args.pid is not None else "the trace has"
         raise BadInputError(
@@ -40,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))
         if not caps[cap].available
     }
+    warn_skipped(notes, args.trace)
     render = render_phases_json if args.json else render_phases_text
     print(render(breakdown, not_available))
     return 0

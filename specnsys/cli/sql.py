@@ -14,8 +14,9 @@ import duckdb
 import polars as pl
 
 from specnsys.errors import UsageError
-from specnsys.ingest import open_trace
+from specnsys.ingest import cache, open_trace
 from specnsys.ingest.model import to_arrow
+from specnsys.ingest.readonly_sql import check_output_path, lock_down
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "parquet" and args.output is None:
         raise UsageError("--format parquet needs -o FILE")
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
+        # Second line behind Trace.sql's statement check: no file outside the cache folder.
+        lock_down(trace.connection, [trace.cache_folder] if trace.cache_folder else [])
+        if args.output is not None:
+            check_output_path(args.output, [Path(args.trace), trace.path, cache.cache_root()])
         try:
             result = to_arrow(trace.sql(args.query)) if args.query.strip() else None
         except duckdb.Error as exc:

@@ -1,0 +1,159 @@
+"""What in an export is malformed, counted, so an analysis can say what it skipped.
+
+Traces from crashed runs, truncated copies and hand-edited files have rows the attribution
+cannot use as they are: ranges that end before they start or never end, GPU operations without
+times or without the API call that launched them, correlation ids given to two calls. The
+analyses skip or clip such rows by rule (DESIGN.md section 4); without a warning the answer
+would silently rest on less data than the user thinks. :func:`data_warnings` counts each kind
+with one DuckDB query over the model tables and returns one sentence per kind found.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+from specnsys.errors import BadInputError, SpecnsysError
+from specnsys.ingest.cache import SpecnsysWarning
+from specnsys.ingest.sqlite_reader import SqliteExport
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from specnsys.ingest.summary import TraceSummary
+    from specnsys.ingest.trace import Trace
+
+_GPU_OPS = """(
+    SELECT start, "end", pid, correlation_id FROM kernels
+    UNION ALL SELECT start, "end", pid, correlation_id FROM memcpy
+    UNION ALL SELECT start, "end", pid, correlation_id FROM memset
+)"""
+
+_LAUNCH_CALLS = """(
+    SELECT pid, correlation_id FROM runtime
+    WHERE event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
+      AND correlation_id IS NOT NULL
+)"""
+
+# name -> (SQL giving one count, the sentence; {n} is the count)
+_CHECKS: dict[str, tuple[str, str]] = {
+    "range_no_start": (
+        "SELECT count(*) FROM nvtx WHERE kind IN ('push_pop', 'start_end') AND start IS NULL",
+        "{n} NVTX range(s) have no start time; ignored",
+    ),
+    "range_backwards": (
+        """SELECT count(*) FROM nvtx WHERE kind IN ('push_pop', 'start_end')
+           AND "end" < start""",
+        "{n} NVTX range(s) end before they start; ignored",
+    ),
+    "range_unclosed": (
+        """SELECT count(*) FROM nvtx WHERE kind IN ('push_pop', 'start_end')
+           AND start IS NOT NULL AND "end" IS NULL""",
+        "{n} NVTX range(s) were never closed (a crashed or cut-short run?); "
+        "counted as open to the end of the window",
+    ),
+    "range_crossing": (
+        """SELECT count(*) FROM nvtx c JOIN nvtx p ON p.id = c.parent
+           WHERE c.kind = 'push_pop' AND c.start < p."end"
+             AND coalesce(c."end", 9223372036854775807) > coalesce(p."end", 9223372036854775807)
+             AND c."end" >= c.start AND p."end" >= p.start""",
+        "{n} push/pop range(s) outlive the range they started in (not properly nested); "
+        "phases near them are attributed to the innermost range by start time",
+    ),
+    "gpu_no_time": (
+        f'SELECT count(*) FROM {_GPU_OPS} WHERE start IS NULL OR "end" IS NULL',
+        "{n} GPU operation(s) have no start or end time; ignored",
+    ),
+    "gpu_backwards": (
+        f'SELECT count(*) FROM {_GPU_OPS} WHERE "end" < start',
+        "{n} GPU operation(s) end before they start; ignored",
+    ),
+    "gpu_unlaunched": (
+        f"""SELECT CASE WHEN (SELECT count(*) FROM {_LAUNCH_CALLS}) = 0 THEN 0 ELSE (
+                SELECT count(*) FROM {_GPU_OPS} o
+                WHERE NOT EXISTS (SELECT 1 FROM {_LAUNCH_CALLS} r
+                                  WHERE r.correlation_id = o.correlation_id AND r.pid = o.pid)
+            ) END""",
+        "{n} GPU operation(s) have no launching CUDA API call in the trace "
+        "(correlation id matches nothing); shown as unattributed_gpu",
+    ),
+    "shared_correlation": (
+        f"""SELECT count(*) FROM (SELECT 1 FROM {_LAUNCH_CALLS}
+            GROUP BY pid, correlation_id HAVING count(*) > 1)""",
+        "{n} correlation id(s) are shared by several CUDA API calls of one process; "
+        "their GPU work is attributed to the earliest call",
+    ),
+}
+
+
+#: Columns every nsys version writes in the tables the analyses rest on.
+CORE_COLUMNS = {
+    "NVTX_EVENTS": ("start", "end", "eventType"),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "correlationId", "globalTid", "nameId"),
+    "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "correlationId"),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end", "correlationId"),
+    "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "correlationId"),
+    "ThreadNames": ("nameId", "globalTid"),
+}
+
+
+#: A time further than this from the session start (36.5 years) is garbage, not a measurement;
+#: below it, differences and sums of a few durations stay within int64 nanoseconds.
+MAX_ABS_TIME_NS = 1 << 60
+
+
+def require_plausible_times(summary: TraceSummary, path: Path) -> None:
+    """Refuse an export whose event times lie beyond +-2**60 ns (36.5 years) of the session
+    start: no real capture has them, and 64-bit sums over them overflow (found by the
+    property tests), so any number computed from them would be wrong."""
+    lo, hi = summary.span_start_ns, summary.span_end_ns
+    if (lo is not None and lo < -MAX_ABS_TIME_NS) or (hi is not None and hi > MAX_ABS_TIME_NS):
+        raise BadInputError(
+            f"{path}: event times out of range ({lo} to {hi} ns from the session start, "
+            f"beyond +-2^60 ns = 36.5 years): a corrupt export"
+        )
+
+
+def data_warnings(trace: Trace) -> list[str]:
+    """One sentence per kind of malformed row found in *trace* (empty for a clean export)."""
+    selects = ", ".join(f"({sql}) AS {name}" for name, (sql, _) in _CHECKS.items())
+    counts = trace.connection.execute(f"SELECT {selects}").fetchall()[0]
+    found = [
+        text.format(n=n) for (_, (_, text)), n in zip(_CHECKS.items(), counts, strict=True) if n
+    ]
+    return _export_warnings(trace) + found
+
+
+def warn_skipped(notes: list[str], path: object) -> None:
+    """Issue each note about the export at *path* as a :class:`SpecnsysWarning` (the CLI
+    prints ``specnsys: warning: PATH: note``, so a two-trace command says which one)."""
+    for note in notes:
+        warnings.warn(f"{path}: {note}", SpecnsysWarning, stacklevel=2)
+
+
+def _export_warnings(trace: Trace) -> list[str]:
+    """What only the export shows: tables without nsys's columns, string ids given twice."""
+    found: list[str] = []
+    try:
+        with SqliteExport(trace.path) as export:
+            for table, needed in CORE_COLUMNS.items():
+                have = set(export.columns(table))
+                missing = [c for c in needed if c not in have]
+                if export.has_table(table) and missing:
+                    found.append(
+                        f"table {table} lacks the column(s) {', '.join(missing)} that nsys "
+                        "writes; its rows were read without them (not an nsys layout?)"
+                    )
+            if {"id", "value"} <= set(export.columns("StringIds")):
+                rows = export.query(
+                    "SELECT count(*) FROM (SELECT id FROM StringIds GROUP BY id "
+                    "HAVING count(DISTINCT value) > 1)"
+                )
+                if rows[0][0]:
+                    found.append(
+                        f"{rows[0][0]} string id(s) have more than one value in StringIds; "
+                        "one of them is used for each"
+                    )
+    except SpecnsysError:
+        pass  # the export changed or vanished since it was opened: nothing to add
+    return found

@@ -1,0 +1,263 @@
+"""Cache safety: never stale, safe under concurrent use, optional when it cannot be written.
+
+Everything here uses real files, real subprocesses and real file-system conditions (a read-only
+mount, a full tmpfs, a file-size limit); where the machine cannot create the condition the test
+is skipped with the reason, never simulated.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import specnsys
+from specnsys.ingest.sqlite_reader import FINGERPRINT_BYTES
+from specnsys.testing import NsysExportBuilder
+from tests.conftest import sha256
+from tests.hostile_corpus import good_loop
+
+
+def _export(path: Path, extra_ns: int) -> Path:
+    """3000 steps; kernels 1400..1599 last *extra_ns* longer. Rows are laid out so that those
+    kernels sit in the middle of the file, far from its first and last 64 KiB."""
+    b = NsysExportBuilder()
+    b.thread(1, 1, "main")
+    for i in range(3000):
+        b.push_pop(i * 100, i * 100 + 50, "forward")
+    for i in range(3000):
+        b.kernel(i * 100 + 10, i * 100 + 20 + (extra_ns if 1400 <= i < 1600 else 0), "k", i)
+    for i in range(3000):
+        b.runtime(i * 100 + 1, i * 100 + 2, "cudaLaunchKernel", i)
+    return b.write(path)
+
+
+def _kernel_ns(path: Path) -> tuple[bool, int]:
+    with specnsys.open(path) as t:
+        return t.from_cache, t.sql("SELECT sum(duration)::BIGINT FROM kernels").fetchall()[0][0]
+
+
+def test_rewrite_keeping_size_mtime_and_both_ends_is_not_stale(tmp_path: Path) -> None:
+    """The hardest rewrite for a cheap key: same path, same size, mtime set back with
+    os.utime, identical first and last 64 KiB, only middle bytes differ."""
+    old = _export(tmp_path / "old.sqlite", 0).read_bytes()
+    new = _export(tmp_path / "new.sqlite", 7).read_bytes()
+    k = FINGERPRINT_BYTES
+    assert len(old) == len(new) > 2 * k and old != new
+    assert old[:k] == new[:k] and old[-k:] == new[-k:]  # the case is really the hard one
+
+    path = tmp_path / "trace.sqlite"
+    path.write_bytes(old)
+    assert _kernel_ns(path) == (False, 30_000)
+    assert _kernel_ns(path) == (True, 30_000)
+    st = path.stat()
+    with path.open("r+b") as handle:  # in place: same inode
+        handle.write(new)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert _kernel_ns(path) == (False, 30_000 + 200 * 7)
+
+
+def test_replacement_by_rename_with_restored_mtime_is_not_stale(tmp_path: Path) -> None:
+    path = _export(tmp_path / "trace.sqlite", 0)
+    assert _kernel_ns(path)[1] == 30_000
+    st = path.stat()
+    fresh = _export(tmp_path / "fresh.sqlite", 3)
+    os.utime(fresh, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(fresh, path)
+    assert _kernel_ns(path) == (False, 30_000 + 200 * 3)
+
+
+def test_untouched_export_reuses_its_entry(tmp_path: Path) -> None:
+    """The key is not so strict that it never hits: reading the file keeps it valid."""
+    path = good_loop(tmp_path)
+    assert not _kernel_ns(path)[0]
+    path.read_bytes()
+    assert _kernel_ns(path)[0]
+
+
+_BARRIER_RUN = """
+import json, sys, time
+from pathlib import Path
+from specnsys.cli.main import main
+go = Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.005)
+started = time.time()
+status = main(["sql", sys.argv[2], "SELECT count(*) AS n FROM kernels", "--format", "json"])
+print(json.dumps({"started": started, "ended": time.time(), "status": status}))
+"""
+
+
+def test_processes_opening_one_trace_at_once_all_succeed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three real processes ingest one cold trace at the same instant: all succeed with the
+    same answer, exactly one entry remains, no temporary folder is left behind."""
+    path = good_loop(tmp_path, steps=3000)
+    cache = tmp_path / "cache"
+    go = tmp_path / "go"
+    env = {**os.environ, "SPECNSYS_CACHE_DIR": str(cache)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _BARRIER_RUN, str(go), str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        for _ in range(3)
+    ]
+    time.sleep(3)  # let all three import and wait at the barrier
+    go.touch()
+    outs = [p.communicate(timeout=300) for p in procs]
+    runs = []
+    for (out, err), proc in zip(outs, procs, strict=True):
+        assert proc.returncode == 0, err
+        lines = out.strip().splitlines()
+        assert json.loads(lines[0]) == [{"n": 3000}], out
+        runs.append(json.loads(lines[-1]))
+    assert all(r["status"] == 0 for r in runs)
+    assert max(r["started"] for r in runs) < min(r["ended"] for r in runs)  # they overlapped
+    entries = [p.name for p in cache.iterdir()]
+    assert len(entries) == 1 and not entries[0].startswith(".tmp-"), entries
+    monkeypatch.setenv("SPECNSYS_CACHE_DIR", str(cache))
+    with specnsys.open(path) as t:  # the surviving entry is complete and reused
+        assert t.from_cache and t.sql("SELECT count(*) FROM kernels").fetchall() == [(3000,)]
+
+
+# -- a cache that cannot be written ----------------------------------------------------------
+
+
+def _drop_dac_capabilities() -> None:
+    """Drop CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, so root obeys file modes after exec."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def _run(argv: list[str], cache: Path, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SPECNSYS_CACHE_DIR": str(cache)},
+        cwd=Path(__file__).resolve().parents[1],
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+QUERY = ["sql", "SELECT count(*) AS n FROM kernels", "--format", "csv"]
+
+
+def _specnsys(path: Path) -> list[str]:
+    return [sys.executable, "-m", "specnsys", QUERY[0], str(path), *QUERY[1:]]
+
+
+def _degraded(done: subprocess.CompletedProcess[str], rows: int) -> None:
+    """Status 0, the right answer, and one warning that says the cache was not used."""
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["n", str(rows)]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "working without a cache" in lines[0], lines
+
+
+def _unshare_available() -> str | None:
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return "unshare/mount not installed"
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot create a mount namespace: {probe.stderr.strip()}"
+    return None
+
+
+def test_read_only_mount_as_cache(tmp_path: Path) -> None:
+    """A cache folder on a read-only mount (EROFS even for root), in a private namespace."""
+    reason = _unshare_available()
+    if reason:
+        pytest.skip(reason)
+    path = good_loop(tmp_path)
+    cache = tmp_path / "ro-cache"
+    cache.mkdir()
+    before = sha256(path)
+    script = (
+        f"mount --bind {cache} {cache} && mount -o remount,ro,bind {cache} {cache} && "
+        f'touch {cache}/probe 2>/dev/null && exit 97; exec "$@"'
+    )
+    done = _run(["unshare", "-m", "sh", "-c", script, "sh", *_specnsys(path)], cache)
+    if done.returncode == 97 or "mount" in done.stderr and done.returncode != 0:
+        pytest.skip(f"could not make a read-only mount: {done.stderr.strip()}")
+    _degraded(done, 20)
+    assert list(cache.iterdir()) == [] and sha256(path) == before
+
+
+def test_read_only_folder_as_cache(tmp_path: Path) -> None:
+    """chmod 555 on the cache folder; as root, with the capabilities that bypass modes
+    dropped, so the folder is really read-only for the process."""
+    path = good_loop(tmp_path)
+    cache = tmp_path / "ro-cache"
+    cache.mkdir()
+    cache.chmod(0o555)
+    kw: dict[str, object] = {}
+    if os.geteuid() == 0:
+        kw["preexec_fn"] = _drop_dac_capabilities
+    try:
+        done = _run(_specnsys(path), cache, **kw)
+    except subprocess.SubprocessError as exc:
+        pytest.skip(f"cannot drop DAC capabilities as root: {exc}")
+    finally:
+        cache.chmod(0o755)
+    _degraded(done, 20)
+    assert list(cache.iterdir()) == []
+
+
+def test_full_file_system_as_cache(tmp_path: Path) -> None:
+    """A 16 KiB tmpfs as the cache (ENOSPC half-way through an entry), in a namespace."""
+    reason = _unshare_available()
+    if reason:
+        pytest.skip(reason)
+    path = good_loop(tmp_path, steps=2000)
+    cache = tmp_path / "tiny"
+    cache.mkdir()
+    script = (
+        f'mount -t tmpfs -o size=16k tmpfs {cache} || exit 97; "$@"; s=$?; ls -A {cache}; exit $s'
+    )
+    done = _run(["unshare", "-m", "sh", "-c", script, "sh", *_specnsys(path)], cache)
+    if done.returncode == 97:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    listing = done.stdout.split()[2:]  # after "n 2000": what the tmpfs held at the end
+    done.stdout = "\n".join(done.stdout.split()[:2])
+    _degraded(done, 2000)
+    assert "No space left on device" in done.stderr
+    assert listing == [], f"half-written entry left on the full file system: {listing}"
+
+
+def test_file_size_limit_everywhere(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE of 8 KiB: every file write of the process fails (cache and scratch
+    space alike, EFBIG); the answer still comes, from memory, with one warning."""
+    path = good_loop(tmp_path, steps=2000)
+    cache = tmp_path / "cache"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    done = _run(_specnsys(path), cache, preexec_fn=limit)
+    _degraded(done, 2000)
+    assert "File too large" in done.stderr
+    assert not list(cache.glob(".tmp-*")) if cache.exists() else True
+    phases = _run(
+        [sys.executable, "-m", "specnsys", "phases", str(path), "--json"], cache, preexec_fn=limit
+    )
+    assert phases.returncode == 0, phases.stderr
+    assert json.loads(phases.stdout)["window_ns"] == 2000 * 100
