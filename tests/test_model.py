@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -222,3 +223,100 @@ def test_invalid_utf8_text_is_replaced_with_a_warning(tmp_path: Path) -> None:
     with trace:
         texts = sorted(r[0] for r in trace.sql("SELECT text FROM nvtx").fetchall())
         assert texts == ["fine", "f\ufffdo"]
+
+
+def _model_frames(path: Path, **open_kw: object) -> dict[str, pl.DataFrame]:
+    with specnsys.open(path, **open_kw) as t:  # type: ignore[arg-type]
+        return {name: t.table(name).collect() for name in MODEL_TABLES}
+
+
+def test_sliced_streaming_build_equals_a_whole_table_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path
+) -> None:
+    """Large exports are read in rowid slices, normalized per slice and written as they come;
+    with slices of 3 rows every path of that (many slices, several in flight, out-of-order
+    completion, the NVTX nesting across slice edges) must give the model of one whole read,
+    in the same row order, through the cache and in memory alike."""
+    import specnsys.ingest.sqlite_reader as reader
+
+    path = _spec_trace(tmp_path)
+    whole = _model_frames(path, use_cache=False)
+    monkeypatch.setattr(reader, "SLICE_ROWS", 3)
+    for name in ("threads", "nvtx", "runtime"):
+        assert whole[name].height > 0, name
+    for use_cache in (True, False):
+        sliced = _model_frames(path, use_cache=use_cache)
+        for name in MODEL_TABLES:
+            assert sliced[name].equals(whole[name]), (name, use_cache)
+    assert whole["nvtx"]["id"].is_sorted()
+
+
+def test_nvtx_nesting_of_many_ranges_matches_a_stack_walk(tmp_path: Path) -> None:
+    """Depth and parent (computed in Polars for speed) against a direct stack walk, on
+    thousands of ranges with back-to-back siblings, zero-length and unclosed ranges, two
+    threads and two domains."""
+    import random
+
+    rng = random.Random(7)
+    b = NsysExportBuilder()
+    b.thread(1, 1, "main")
+    b.thread(1, 2, "worker")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    expected: dict[tuple[int, int, int], tuple[int, int | None]] = {}
+
+    def emit(tid: int, domain: int, start: int, end: int, depth: int, parent: int | None) -> None:
+        b.push_pop(start, end, f"r{len(expected)}", pid=1, tid=tid, domain_id=domain)
+        expected[(tid, domain, len(expected))] = (depth, parent)
+
+    def nest(tid: int, domain: int, lo: int, hi: int, depth: int, parent: int | None) -> None:
+        t = lo
+        while t < hi and depth < 5:
+            length = rng.choice([0, 1, 5, 40, 200])
+            end = min(hi, t + length)
+            me = len(expected)
+            emit(tid, domain, t, end, depth, parent)
+            if end - t > 2:
+                nest(tid, domain, t, end, depth + 1, me)
+            # back-to-back siblings share an instant; after a zero-length range a sibling
+            # starting at the same instant would be its parent (outer = longer at one start)
+            t = end + rng.choice([0, 0, 3]) + (1 if end == t else 0)
+
+    for tid in (1, 2):
+        for domain in (0, 1):
+            nest(tid, domain, 0, 5_000, 0, None)
+    b.push_pop(6_000, None, "open", pid=1, tid=1, domain_id=0)  # unclosed: depth 0
+    path = b.write(tmp_path / "nest.sqlite")
+    with specnsys.open(path) as t:
+        rows = t.sql(
+            "SELECT text, depth, parent FROM nvtx WHERE kind = 'push_pop' ORDER BY id"
+        ).fetchall()
+        ids = {text: i for i, (text, _, _) in enumerate(rows)}
+        first_id = t.sql("SELECT min(id) FROM nvtx WHERE kind = 'push_pop'").fetchall()[0][0]
+    assert len(rows) == len(expected) + 1 > 2000
+    for (_, _, index), (depth, parent) in expected.items():
+        text, got_depth, got_parent = rows[index]
+        assert text == f"r{index}"
+        assert got_depth == depth, text
+        assert got_parent == (None if parent is None else first_id + ids[f"r{parent}"]), text
+    assert rows[-1][1:] == (0, None)
+
+
+def test_analysis_connection_is_quiet_and_bounded(
+    trace: specnsys.Trace, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No progress bar (it would land in --json output), spills never go to the working
+    directory, and memory is limited (SPECNSYS_MEMORY_LIMIT overrides the default)."""
+    con = trace.connection
+    settings = dict(
+        con.execute(
+            "SELECT name, value FROM duckdb_settings() WHERE name IN "
+            "('enable_progress_bar', 'temp_directory', 'memory_limit')"
+        ).fetchall()
+    )
+    assert settings["enable_progress_bar"] == "false"
+    assert settings["temp_directory"].startswith(tempfile.gettempdir())
+    monkeypatch.setenv("SPECNSYS_MEMORY_LIMIT", "3GB")
+    (tmp_path / "other").mkdir()
+    with specnsys.open(_spec_trace(tmp_path / "other")) as t:
+        limit = t.connection.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    assert limit.startswith("2.7") and "GiB" in limit  # 3 GB = 2.79 GiB

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -32,8 +33,12 @@ from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
 #: Bump when the model's tables or columns change, so old caches are not reused.
 MODEL_VERSION = 2
 
-#: Cache files favour write speed (a cold open writes them) over size.
-PARQUET_COMPRESSION = "snappy"
+#: Cache files favour write speed (a cold open writes them) over size. Measured on the model of
+#: 2 million kernels (5.4 million rows; bench/cache_format.py): LZ4 Parquet wrote in 1.06 CPU-s
+#: and 77 MB (Snappy 1.19 s, 91 MB) and read back as fast; Arrow IPC wrote in 0.30 s but took
+#: 866 MB (LZ4 IPC: 128 MB) and its warm reads were slower (1.0 s and 1.7 s against 0.8 s)
+#: with 1.6x and 4x the peak memory (IPC must be mapped or decompressed whole).
+PARQUET_COMPRESSION = "lz4"
 
 MODEL_TABLES = (
     "threads",
@@ -138,76 +143,49 @@ _NVTX_COLUMNS = (
     RawColumn("floatValue", "real"),
 )
 
+_E_PID = f"CAST({PID.format(g='e.globalTid')} AS BIGINT)"
+
 NVTX = ModelTable(
     "nvtx",
     (SourceRead("raw_nvtx", "NVTX_EVENTS", _NVTX_COLUMNS, with_rowid=True),),
+    # Built for tens of millions of rows: domain and category names come from their few
+    # definition rows, depth and parent from ``nvtx_nesting`` (see :func:`nvtx_nesting`,
+    # computed before this query runs), and the wide rows are produced once, by joins whose
+    # build sides are those small or narrow tables: no wide intermediate is materialized.
+    # The final sort keeps the export's order (joins in parallel do not); it spills to disk
+    # within DuckDB's memory limit.
     f"""
-WITH ev AS (
-    SELECT e.__rowid AS id, e.start, e."end", {NVTX_KIND} AS kind, e.eventType AS event_type,
-           COALESCE(e.text, ts.value) AS text,
-           COALESCE(e.domainId, 0) AS domain_id, e.category AS category_id,
-           COALESCE(e.int64Value, e.uint64Value, e.int32Value, e.uint32Value) AS payload_int,
-           COALESCE(e.doubleValue, e.floatValue) AS payload_float,
-           COALESCE(e.jsonText, js.value) AS json_text,
-           e.color, e.rangeId AS range_id,
-           e.globalTid AS global_tid,
-           CAST({PID.format(g="e.globalTid")} AS BIGINT) AS pid,
-           CAST({TID.format(g="e.globalTid")} AS BIGINT) AS tid,
-           e.endGlobalTid AS end_global_tid,
-           CAST({TID.format(g="e.endGlobalTid")} AS BIGINT) AS end_tid
-    FROM raw_nvtx e
-    LEFT JOIN strings ts ON ts.id = e.textId
-    LEFT JOIN strings js ON js.id = e.jsonTextId
-),
-domains AS (
-    SELECT pid, domain_id, any_value(text) AS domain FROM ev
-    WHERE kind = 'domain_create' GROUP BY ALL
+WITH domains AS (
+    SELECT {_E_PID} AS pid, COALESCE(e.domainId, 0) AS domain_id,
+           any_value(COALESCE(e.text, s.value)) AS domain
+    FROM raw_nvtx e LEFT JOIN strings s ON s.id = e.textId
+    WHERE e.eventType = 75 GROUP BY ALL
 ),
 categories AS (
-    SELECT pid, domain_id, category_id, any_value(text) AS category FROM ev
-    WHERE kind = 'category' GROUP BY ALL
-),
--- Nesting of push/pop ranges per (thread, domain), as NVTX keeps one stack per pair.
--- depth = ranges open when this one starts (a sweep over start/end events, ends first at
--- equal times so back-to-back ranges are siblings); parent = the latest range before this
--- one, in start order, one level up (true for any properly nested set of intervals).
-pp AS (
-    SELECT id, COALESCE(global_tid, -1) AS g, domain_id AS d, start,
-           COALESCE("end", 9223372036854775807) AS end_key
-    FROM ev WHERE kind = 'push_pop'
-),
-sweep AS (
-    SELECT id, g, d, start AS t, 1 AS typ, -end_key AS tie, 1 AS delta FROM pp
-    UNION ALL
-    SELECT id, g, d, end_key, CASE WHEN end_key = start THEN 2 ELSE 0 END, 0, -1 FROM pp
-),
-opened AS (
-    SELECT id, g, d, delta,
-           COALESCE(SUM(delta) OVER (PARTITION BY g, d ORDER BY t, typ, tie, id
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS depth
-    FROM sweep
-),
-nested AS (
-    SELECT o.id, o.g, o.d, CAST(o.depth AS INTEGER) AS depth,
-           ROW_NUMBER() OVER (PARTITION BY p.g, p.d ORDER BY p.start, -p.end_key, p.id) AS ord
-    FROM opened o JOIN pp p USING (id) WHERE o.delta = 1
-),
-parents AS (
-    SELECT c.id, c.depth, par.id AS parent
-    FROM nested c ASOF LEFT JOIN nested par
-      ON c.g = par.g AND c.d = par.d AND c.depth - 1 = par.depth AND c.ord > par.ord
+    SELECT {_E_PID} AS pid, COALESCE(e.domainId, 0) AS domain_id, e.category AS category_id,
+           any_value(COALESCE(e.text, s.value)) AS category
+    FROM raw_nvtx e LEFT JOIN strings s ON s.id = e.textId
+    WHERE e.eventType = 33 GROUP BY ALL
 )
-SELECT ev.id, ev.start, ev."end", ev."end" - ev.start AS duration, ev.kind, ev.event_type,
-       ev.text, ev.domain_id, dm.domain, ev.category_id, ct.category,
-       ev.payload_int, ev.payload_float, ev.json_text, ev.color, ev.range_id,
-       ev.pid, ev.tid, ev.global_tid, ev.end_tid, ev.end_global_tid,
-       pr.depth, pr.parent
-FROM ev
-LEFT JOIN domains dm ON dm.pid IS NOT DISTINCT FROM ev.pid AND dm.domain_id = ev.domain_id
-LEFT JOIN categories ct ON ct.pid IS NOT DISTINCT FROM ev.pid AND ct.domain_id = ev.domain_id
-     AND ct.category_id = ev.category_id
-LEFT JOIN parents pr ON pr.id = ev.id
-ORDER BY ev.id
+SELECT e.__rowid AS id, e.start, e."end", e."end" - e.start AS duration,
+       {NVTX_KIND.replace("CASE eventType", "CASE e.eventType")} AS kind,
+       e.eventType AS event_type, COALESCE(e.text, ts.value) AS text,
+       COALESCE(e.domainId, 0) AS domain_id, dm.domain, e.category AS category_id, ct.category,
+       COALESCE(e.int64Value, e.uint64Value, e.int32Value, e.uint32Value) AS payload_int,
+       COALESCE(e.doubleValue, e.floatValue) AS payload_float,
+       COALESCE(e.jsonText, js.value) AS json_text, e.color, e.rangeId AS range_id,
+       {_E_PID} AS pid, CAST({TID.format(g="e.globalTid")} AS BIGINT) AS tid,
+       e.globalTid AS global_tid, CAST({TID.format(g="e.endGlobalTid")} AS BIGINT) AS end_tid,
+       e.endGlobalTid AS end_global_tid, pr.depth, pr.parent
+FROM raw_nvtx e
+LEFT JOIN strings ts ON ts.id = e.textId
+LEFT JOIN strings js ON js.id = e.jsonTextId
+LEFT JOIN domains dm ON dm.pid IS NOT DISTINCT FROM {_E_PID}
+     AND dm.domain_id = COALESCE(e.domainId, 0)
+LEFT JOIN categories ct ON ct.pid IS NOT DISTINCT FROM {_E_PID}
+     AND ct.domain_id = COALESCE(e.domainId, 0) AND ct.category_id = e.category
+LEFT JOIN nvtx_nesting pr ON pr.id = e.__rowid
+ORDER BY e.__rowid
 """,
     "NVTX_EVENTS",
 )
@@ -409,6 +387,93 @@ def to_arrow(relation: duckdb.DuckDBPyRelation) -> pa.Table:
     return method()
 
 
+INT64_MAX = 9223372036854775807
+
+
+def nvtx_nesting(raw: pl.LazyFrame) -> pa.Table:
+    """``(id, depth, parent)`` of every push/pop range of a raw ``NVTX_EVENTS`` frame.
+
+    NVTX keeps one range stack per (thread, domain). depth = ranges of the same stack open
+    when this one starts: one sorted sweep over start (+1) and end (-1) events, ends first at
+    equal times (back-to-back ranges are siblings), a zero-length range's end after the
+    starts at its instant, unclosed ranges open to the end. Start events sort among
+    themselves by (start, -end, id), so the same pass numbers the ranges in start order
+    (``ord``); parent = the latest range before this one in that order one level up (true
+    for any properly nested set of intervals): an as-of join. Polars does this in a few
+    seconds for millions of ranges, where window functions over one huge partition in SQL
+    took ten times longer.
+    """
+    pp = raw.filter(pl.col("eventType").is_in([59, 70])).select(
+        pl.col("__rowid").alias("id"),
+        pl.col("globalTid").fill_null(-1).alias("g"),
+        pl.col("domainId").fill_null(0).alias("d"),
+        pl.col("start"),
+        pl.col("end").fill_null(INT64_MAX).alias("end_key"),
+    )
+    starts = pp.select(
+        "id",
+        "g",
+        "d",
+        pl.col("start").alias("t"),
+        pl.lit(1, pl.Int8).alias("typ"),
+        (-pl.col("end_key")).alias("tie"),
+        pl.lit(1, pl.Int8).alias("delta"),
+    )
+    ends = pp.select(
+        "id",
+        "g",
+        "d",
+        pl.col("end_key").alias("t"),
+        pl.when(pl.col("end_key") == pl.col("start"))
+        .then(2)
+        .otherwise(0)
+        .cast(pl.Int8)
+        .alias("typ"),
+        pl.lit(0, pl.Int64).alias("tie"),
+        pl.lit(-1, pl.Int8).alias("delta"),
+    )
+    nested = (
+        pl.concat([starts, ends])
+        .sort(["g", "d", "t", "typ", "tie", "id"])
+        .with_columns(
+            (pl.col("delta").cast(pl.Int64).cum_sum().over(["g", "d"]) - pl.col("delta"))
+            .cast(pl.Int32)
+            .alias("depth"),
+            (pl.col("delta") == 1).cast(pl.Int64).cum_sum().over(["g", "d"]).alias("ord"),
+        )
+        .filter(pl.col("delta") == 1)
+        .select("id", "g", "d", "depth", "ord")
+        .collect()
+    )
+    children = nested.with_columns((pl.col("depth") - 1).alias("up")).sort("ord")
+    candidates = nested.select(
+        "g",
+        "d",
+        pl.col("depth").alias("up"),
+        pl.col("ord").alias("parent_ord"),
+        pl.col("id").alias("parent"),
+    ).sort("parent_ord")
+    return (
+        children.join_asof(
+            candidates,
+            left_on="ord",
+            right_on="parent_ord",
+            by=["g", "d", "up"],
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        .select("id", "depth", "parent")
+        .to_arrow()
+    )
+
+
+#: Tables computed outside SQL before a model table's query runs: model table -> {name the
+#: query reads -> function of the raw sources (Polars LazyFrames by alias)}.
+PREPARED: dict[str, dict[str, Callable[[dict[str, pl.LazyFrame]], pa.Table]]] = {
+    "nvtx": {"nvtx_nesting": lambda raw: nvtx_nesting(raw["raw_nvtx"])},
+}
+
 #: Model tables whose query turns each row of one source (the alias given here) into one row,
 #: joining only small tables: they are built slice by slice on the reader's threads and
 #: written as each slice arrives, so no whole source table is ever in memory. Every other
@@ -426,11 +491,34 @@ ROW_LOCAL_SOURCE = {
     "gpu_metrics": "raw_gpu_metrics",
 }
 
-#: DuckDB may use this fraction of the export's size on disk (within the bounds below) while
-#: building the whole-table queries; beyond it, sorts and windows spill to the scratch folder.
-DUCKDB_MEMORY_FRACTION = 0.5
+#: DuckDB memory, as a fraction of the export's size on disk, within the bounds below: while
+#: building the model (sorts and windows spill beyond it) and while analyzing it (see
+#: :func:`specnsys.ingest.trace.analysis_connection`). ``$SPECNSYS_MEMORY_LIMIT`` (DuckDB's
+#: syntax, e.g. ``4GB``) overrides both.
+BUILD_MEMORY_FRACTION = 0.5
+ANALYSIS_MEMORY_FRACTION = 1.0
 DUCKDB_MEMORY_MIN = 512 << 20
-DUCKDB_MEMORY_MAX_OF_RAM = 0.4
+DUCKDB_MEMORY_MAX_OF_RAM = 0.5
+
+
+def duckdb_memory_limit(export_bytes: int, fraction: float) -> str:
+    """DuckDB's ``memory_limit`` for work on an export of *export_bytes*.
+
+    DuckDB's own default (80% of RAM, kept once allocated) lets a large trace take most of
+    the machine; a limit proportional to the export keeps peak memory near the export's size
+    (measured: 20 million kernels, a 2.7 GB export, in 1.7 GB) at the cost of spilling.
+    """
+    explicit = os.environ.get("SPECNSYS_MEMORY_LIMIT", "").strip()
+    if explicit:
+        return explicit
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        ram = 8 << 30
+    limit = min(
+        max(int(export_bytes * fraction), DUCKDB_MEMORY_MIN), int(ram * DUCKDB_MEMORY_MAX_OF_RAM)
+    )
+    return f"{max(limit >> 20, 64)}MB"
 
 
 def duckdb_config(export_bytes: int, scratch: Path | None) -> dict[str, str]:
@@ -439,17 +527,9 @@ def duckdb_config(export_bytes: int, scratch: Path | None) -> dict[str, str]:
     Without a scratch folder spilling is off: DuckDB's default (``.tmp`` in the working
     directory) would write beside whatever the user ran from.
     """
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        ram = 8 << 30
-    limit = min(
-        max(int(export_bytes * DUCKDB_MEMORY_FRACTION), DUCKDB_MEMORY_MIN),
-        int(ram * DUCKDB_MEMORY_MAX_OF_RAM),
-    )
     return {
         "threads": str(os.cpu_count() or 1),
-        "memory_limit": f"{max(limit >> 20, 64)}MB",
+        "memory_limit": duckdb_memory_limit(export_bytes, BUILD_MEMORY_FRACTION),
         "temp_directory": str(scratch) if scratch is not None else "",
         "preserve_insertion_order": "true",
     }
@@ -594,14 +674,32 @@ def _build_whole(
     disk instead of uncompressed in memory; all-NULL columns cost next to nothing), and the
     result is written by DuckDB's COPY, which spills within its memory limit.
     """
+    in_memory: set[str] = set()  # aliases held as DuckDB tables, not views over scratch files
     for src in table.sources:
         if scratch is None:
             _register_small(con, export, src)
+            in_memory.add(src.alias)
             continue
         path = scratch / f"{src.alias}.parquet"
-        _write_parquet(export.iter_slices(src.table, src.columns, src.with_rowid), path)
+        try:
+            _write_parquet(export.iter_slices(src.table, src.columns, src.with_rowid), path)
+        except OSError:  # scratch disk full or not writable: keep this source in memory
+            path.unlink(missing_ok=True)
+            _register_small(con, export, src)
+            in_memory.add(src.alias)
+            continue
         source = str(path).replace("'", "''")
         con.execute(f"CREATE OR REPLACE VIEW {src.alias} AS SELECT * FROM read_parquet('{source}')")
+    prepared = PREPARED.get(table.name, {})
+    if prepared:
+        frames = {
+            src.alias: con.sql(f"SELECT * FROM {src.alias}").pl().lazy()
+            if src.alias in in_memory
+            else pl.scan_parquet(scratch / f"{src.alias}.parquet")  # type: ignore[operator]
+            for src in table.sources
+        }
+        for name, compute in prepared.items():
+            con.register(name, compute(frames))
     try:
         if target is None:
             return to_arrow(con.sql(table.sql(export)))
@@ -612,8 +710,11 @@ def _build_whole(
         )
         return None
     finally:
+        for name in prepared:
+            con.unregister(name)
         for src in table.sources:
-            con.execute(f"DROP VIEW IF EXISTS {src.alias}")
-            con.execute(f"DROP TABLE IF EXISTS {src.alias}")
+            # DROP VIEW IF EXISTS fails on a table of that name (and vice versa)
+            kind = "TABLE" if src.alias in in_memory else "VIEW"
+            con.execute(f"DROP {kind} IF EXISTS {src.alias}")
             if scratch is not None:
                 (scratch / f"{src.alias}.parquet").unlink(missing_ok=True)

@@ -8,15 +8,22 @@ Bulk reads use Arrow's own SQLite driver (ADBC), which fills Arrow arrays in C w
 Python object per value. Its type inference looks only at the first batch of rows, so every
 column is read through an explicit ``CAST`` and text/real columns through a NULL flag plus a
 non-NULL value: the Arrow type then never depends on the data.
+
+Big tables are never read whole: :meth:`SqliteExport.iter_slices` cuts a table into rowid
+slices, reads (and optionally transforms) a few of them ahead on a thread pool and hands them
+over in rowid order, so memory stays at a few slices whatever the size of the export.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import warnings
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,8 +37,12 @@ SQLITE_HEADER_SIZE = 100
 
 ColumnKind = Literal["int", "real", "text"]
 
-#: Rows per rowid slice: small enough to balance two cores, large enough to amortize a query.
+#: Rows per rowid slice: small enough that a few slices in flight cost little memory and two
+#: cores stay balanced, large enough to amortize a query (and to make a good Parquet row group).
 SLICE_ROWS = 250_000
+
+#: Slices read ahead of the consumer, beyond one per worker: bounds memory while reading.
+PREFETCH_EXTRA = 1
 
 
 @dataclass(frozen=True)
@@ -55,7 +66,8 @@ def validate_sqlite_file(path: Path) -> None:
     """
     if not path.exists():
         if path.is_symlink():
-            raise BadInputError(f"{path}: broken symbolic link")
+            what = "symbolic link loop" if _is_link_loop(path) else "broken symbolic link"
+            raise BadInputError(f"{path}: {what}")
         raise BadInputError(f"{path}: no such file")
     if path.is_dir():
         raise BadInputError(f"{path}: is a directory, expected an nsys .sqlite export")
@@ -86,6 +98,27 @@ def validate_sqlite_file(path: Path) -> None:
             f"{path}: truncated SQLite file ({size} bytes, header says "
             f"{page_size * page_count} bytes)"
         )
+    # immutable=1 reads ignore a write-ahead log: committed rows still in it would be missed.
+    wal = path.resolve().with_name(path.resolve().name + "-wal")
+    if header[18] == 2 and wal.is_file() and wal.stat().st_size > 0:
+        raise BadInputError(
+            f"{path}: has committed changes not yet in the file (in {wal.name}); close the "
+            "program writing it, or run sqlite3 on it with 'PRAGMA wal_checkpoint', and retry"
+        )
+
+
+def _is_link_loop(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, UnicodeDecodeError):  # SQLite quoted a damaged schema in its message
+        return "malformed database schema (names that are not UTF-8)"
+    return str(exc)
 
 
 def readonly_uri(path: Path) -> str:
@@ -107,14 +140,17 @@ class SqliteExport:
         self._uri = readonly_uri(path)
         try:
             self._con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            # Names and metadata are whatever bytes were stored (a fuzzed table name crashed
+            # the strict decoder): invalid UTF-8 becomes U+FFFD, as in the data columns.
+            self._con.text_factory = lambda raw: raw.decode("utf-8", "replace")
             self._tables = {
                 name: None
                 for (name,) in self._con.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'table'"
                 )
             }
-        except sqlite3.DatabaseError as exc:
-            raise BadInputError(f"{path}: unreadable SQLite file: {exc}") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # an error text not UTF-8
+            raise BadInputError(f"{path}: unreadable SQLite file: {_reason(exc)}") from None
 
     def close(self) -> None:
         self._con.close()
@@ -150,33 +186,72 @@ class SqliteExport:
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         try:
             return self._con.execute(sql, params).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise BadInputError(f"{self.path}: unreadable SQLite file: {exc}") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # an error text not UTF-8
+            raise BadInputError(f"{self.path}: unreadable SQLite file: {_reason(exc)}") from None
 
     def read_tables(
         self, requests: Sequence[tuple[str, Sequence[RawColumn], bool]]
     ) -> list[pa.Table]:
-        """Read several ``(table, columns, with_rowid)`` requests, in parallel.
+        """Read several ``(table, columns, with_rowid)`` requests whole (for small tables)."""
+        return [
+            pa.concat_tables(list(self.iter_slices(table, columns, with_rowid)))
+            for table, columns, with_rowid in requests
+        ]
 
-        Every table is cut into rowid slices of about ``SLICE_ROWS`` rows and all slices of
-        all tables share one pool with a worker per core, largest tables first, so the cores
-        stay busy whatever the mix of table sizes (reading is the bulk of a cold open).
+    def iter_slices(
+        self,
+        table: str,
+        columns: Sequence[RawColumn],
+        with_rowid: bool = False,
+        transform: Callable[[pa.Table], pa.Table] | None = None,
+        *,
+        workers: int | None = None,
+    ) -> Iterator[pa.Table]:
+        """Yield *table* as Arrow tables of about ``SLICE_ROWS`` rows each, in rowid order.
+
+        Slices are read by ``workers`` threads (default: one per core), at most
+        ``workers + PREFETCH_EXTRA`` ahead of the consumer, so memory is bounded by a few slices
+        however large the table. *transform*, when given, runs in the worker on each restored
+        slice (DuckDB and Arrow release the GIL, so it runs in parallel with the reads). An
+        absent or empty table yields exactly one empty slice, so the consumer always learns
+        the schema. Invalid UTF-8 in text columns is replaced, with one warning per column.
         """
-        plans = [self._plan(table, columns, with_rowid) for table, columns, with_rowid in requests]
-        jobs = [(i, sql) for i, plan in enumerate(plans) for sql in plan[1]]
-        jobs.sort(key=lambda job: -plans[job[0]][2])
-        workers = max(1, min(len(jobs), os.cpu_count() or 1))
-        results: dict[tuple[int, str], pa.Table] = {}
-        if jobs:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                done = pool.map(lambda job: self._adbc_read(job[1], plans[job[0]][0]), jobs)
-                results = dict(zip(jobs, done, strict=True))
-        tables = []
-        for i, (schema, slices, _, columns, with_rowid) in enumerate(plans):
-            parts = [results[(i, sql)] for sql in slices]
-            raw = pa.concat_tables(parts) if parts else schema.empty_table()
-            tables.append(_restore_columns(raw, columns, with_rowid, requests[i][0]))
-        return tables
+        schema, slices, _, _, _ = self._plan(table, columns, with_rowid)
+        bad_utf8: Counter[str] = Counter()
+
+        def job(sql: str | None) -> pa.Table:
+            raw = schema.empty_table() if sql is None else self._adbc_read(sql, schema)
+            restored = _restore_columns(raw, columns, with_rowid, table, bad_utf8)
+            return transform(restored) if transform is not None else restored
+
+        if not slices:
+            yield job(None)
+            return
+        workers = max(1, min(len(slices), workers or os.cpu_count() or 1))
+        todo = iter(slices)
+        pending: deque[Future[pa.Table]] = deque()
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="specnsys-read")
+        try:
+            for sql in todo:
+                pending.append(pool.submit(job, sql))
+                if len(pending) >= workers + PREFETCH_EXTRA:
+                    break
+            while pending:
+                result = pending.popleft().result()
+                following = next(todo, None)
+                if following is not None:
+                    pending.append(pool.submit(job, following))
+                yield result
+        finally:
+            for future in pending:
+                future.cancel()
+            pool.shutdown(wait=True)
+        for column, bad in bad_utf8.items():
+            warnings.warn(
+                f"{bad} value(s) of {column} are not valid UTF-8; invalid bytes shown as U+FFFD",
+                _warning_category(),
+                stacklevel=2,
+            )
 
     def _plan(
         self, table: str, columns: Sequence[RawColumn], with_rowid: bool
@@ -211,12 +286,15 @@ class SqliteExport:
             return schema, [base], 0, columns, with_rowid
         lo, hi = int(lo), int(hi)
         span = hi - lo + 1
-        n = max(1, min(64, span // SLICE_ROWS))
+        n = max(1, -(-span // SLICE_ROWS))
         if n == 1:
             return schema, [base], span, columns, with_rowid
         edges = [lo + span * k // n for k in range(n + 1)]
         edges[-1] = hi + 1
-        slices = [f"{base} WHERE rowid >= {a} AND rowid < {b}" for a, b in zip(edges, edges[1:], strict=False)]
+        slices = [
+            f"{base} WHERE rowid >= {a} AND rowid < {b}"
+            for a, b in zip(edges, edges[1:], strict=False)
+        ]
         return schema, slices, span, columns, with_rowid
 
     def _adbc_read(self, sql: str, schema: pa.Schema) -> pa.Table:
@@ -238,9 +316,16 @@ class SqliteExport:
 
 
 def _restore_columns(
-    raw: pa.Table, columns: Sequence[RawColumn], with_rowid: bool, table: str
+    raw: pa.Table,
+    columns: Sequence[RawColumn],
+    with_rowid: bool,
+    table: str,
+    bad_utf8: Counter[str] | None = None,
 ) -> pa.Table:
-    """Undo the NULL-flag encoding and add all-NULL columns for the ones the table lacks."""
+    """Undo the NULL-flag encoding and add all-NULL columns for the ones the table lacks.
+
+    Counts of values that were not valid UTF-8 are added to *bad_utf8* (per ``table.column``).
+    """
     import pyarrow.compute as pc
 
     arrays: list[pa.Array | pa.ChunkedArray] = []
@@ -258,27 +343,26 @@ def _restore_columns(
             is_null = pc.equal(raw.column(col.name + "__isnull"), 1)
             values = raw.column(col.name)
             if col.kind == "text":
-                values = _valid_utf8(values, f"{table}.{col.name}")
+                values, bad = _valid_utf8(values)
+                if bad and bad_utf8 is not None:
+                    bad_utf8[f"{table}.{col.name}"] += bad
             arrays.append(pc.if_else(is_null, pa.scalar(None, _arrow_type(col.kind)), values))
         names.append(col.name)
     return pa.table(arrays, names=names)
 
 
-def _valid_utf8(values: pa.ChunkedArray, column: str) -> pa.ChunkedArray:
+def _valid_utf8(values: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
     """SQLite stores whatever bytes it was given as TEXT; Arrow strings must be UTF-8.
 
     Invalid sequences (seen in exports of programs that print binary data) are replaced by
-    U+FFFD with a warning, instead of failing the whole ingest later in DuckDB or Polars.
+    U+FFFD (the caller warns, once per column), instead of failing the whole ingest later in
+    DuckDB or Polars. Returns the values and how many of them had to be fixed.
     """
     try:
         values.validate(full=True)
-        return values
+        return values, 0
     except pa.ArrowInvalid:
         pass
-    import warnings
-
-    from specnsys.ingest.cache import SpecnsysWarning
-
     fixed: list[str | None] = []
     bad = 0
     for value in values.cast(pa.binary()).to_pylist():
@@ -290,19 +374,20 @@ def _valid_utf8(values: pa.ChunkedArray, column: str) -> pa.ChunkedArray:
         except UnicodeDecodeError:
             fixed.append(value.decode("utf-8", "replace"))
             bad += 1
-    warnings.warn(
-        f"{bad} value(s) of {column} are not valid UTF-8; invalid bytes shown as U+FFFD",
-        SpecnsysWarning,
-        stacklevel=2,
-    )
-    return pa.chunked_array([pa.array(fixed, pa.string())])
+    return pa.chunked_array([pa.array(fixed, pa.string())]), bad
+
+
+def _warning_category() -> type[Warning]:
+    from specnsys.ingest.cache import SpecnsysWarning
+
+    return SpecnsysWarning
 
 
 FINGERPRINT_BYTES = 1 << 16
 
 
 def file_identity(path: Path) -> tuple[int, int, str]:
-    """(size, mtime in ns, digest of the first and last 64 KiB) of *path*.
+    """(size, mtime in ns, digest of inode, ctime and the first and last 64 KiB) of *path*.
 
     Size and mtime catch ordinary rewrites; the digest (which covers SQLite's header, with its
     change counter, and the last pages written) catches a rewrite that kept both, at the cost
@@ -312,6 +397,9 @@ def file_identity(path: Path) -> tuple[int, int, str]:
 
     st = os.stat(path)
     digest = hashlib.blake2b(digest_size=16)
+    # ctime cannot be set back from user space (os.utime sets only atime/mtime), and any write
+    # to the file moves it: a rewrite that kept size, mtime and both ends is still caught.
+    digest.update(f"{st.st_ino}:{st.st_ctime_ns}:".encode())
     with path.open("rb") as handle:
         digest.update(handle.read(FINGERPRINT_BYTES))
         if st.st_size > FINGERPRINT_BYTES:
