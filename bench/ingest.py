@@ -33,8 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import bare_scan_script, read_columns
+
 import specnsys
-from specnsys.ingest.model import MODEL, STRINGS
 from specnsys.testing.builder import VM_BITS, create_tables
 
 KERNELS_PER_STEP = 24
@@ -43,8 +44,16 @@ STEP_NS = 40_000
 PID, TID = 31337, 31337
 
 PHASES = ("decode", "draft", "verify", "sample", "kv", "sync")
-KERNEL_NAMES = ("draft_gemm", "draft_attn", "draft_norm", "draft_act", "verify_gemm",
-                "verify_attn", "verify_norm", "verify_act")
+KERNEL_NAMES = (
+    "draft_gemm",
+    "draft_attn",
+    "draft_norm",
+    "draft_act",
+    "verify_gemm",
+    "verify_attn",
+    "verify_norm",
+    "verify_act",
+)
 
 
 def build_export(path: Path, steps: int) -> None:
@@ -54,27 +63,59 @@ def build_export(path: Path, steps: int) -> None:
     con = sqlite3.connect(tmp)
     con.execute("PRAGMA journal_mode = OFF")
     con.execute("PRAGMA synchronous = OFF")
-    create_tables(con, ["StringIds", "ThreadNames", "PROCESSES", "META_DATA_EXPORT", "NVTX_EVENTS",
-                        "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
-                        "TARGET_INFO_GPU"])
-    strings = ["specnsys", "python3", "cudaLaunchKernel_v7000", *PHASES, *KERNEL_NAMES,
-               *(f"void {k}<float>(float const*, float*, int)" for k in KERNEL_NAMES)]
+    create_tables(
+        con,
+        [
+            "StringIds",
+            "ThreadNames",
+            "PROCESSES",
+            "META_DATA_EXPORT",
+            "NVTX_EVENTS",
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "TARGET_INFO_GPU",
+        ],
+    )
+    strings = [
+        "specnsys",
+        "python3",
+        "cudaLaunchKernel_v7000",
+        *PHASES,
+        *KERNEL_NAMES,
+        *(f"void {k}<float>(float const*, float*, int)" for k in KERNEL_NAMES),
+    ]
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", list(enumerate(strings, start=1)))
     sid = {s: i for i, s in enumerate(strings, start=1)}
     gtid = VM_BITS | (PID << 24) | TID
     gpid = VM_BITS | (PID << 24)
     con.execute("INSERT INTO ThreadNames VALUES (?, 0, ?)", (sid["python3"], gtid))
     con.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python3')", (gpid, PID))
-    con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
-                    [("EXPORT_PRODUCT_VERSION", "2026.2.1.210"), ("EXPORT_SCHEMA_VERSION", "3.25.0")])
-    con.execute("INSERT INTO TARGET_INFO_GPU (vmId, id, name, memoryBandwidth, smCount) "
-                "VALUES (?, 0, 'NVIDIA H200', 4800000000000, 132)", (VM_BITS,))
-    con.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) "
-                "VALUES (0, 75, 'specnsys', ?, 1)", (gtid,))
-    steps_cte = f"WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < {steps - 1})"
+    con.executemany(
+        "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+        [("EXPORT_PRODUCT_VERSION", "2026.2.1.210"), ("EXPORT_SCHEMA_VERSION", "3.25.0")],
+    )
+    con.execute(
+        "INSERT INTO TARGET_INFO_GPU (vmId, id, name, memoryBandwidth, smCount) "
+        "VALUES (?, 0, 'NVIDIA H200', 4800000000000, 132)",
+        (VM_BITS,),
+    )
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) "
+        "VALUES (0, 75, 'specnsys', ?, 1)",
+        (gtid,),
+    )
+    steps_cte = (
+        f"WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < {steps - 1})"
+    )
     # decode [0, 38us]; draft [1, 17]; verify [17, 30]; sample [30, 33]; kv [33, 35]; sync [35, 37]
-    spans = [(0, 38_000), (1_000, 17_000), (17_000, 30_000), (30_000, 33_000), (33_000, 35_000),
-             (35_000, 37_000)]
+    spans = [
+        (0, 38_000),
+        (1_000, 17_000),
+        (17_000, 30_000),
+        (30_000, 33_000),
+        (33_000, 35_000),
+        (35_000, 37_000),
+    ]
     phase_rows = " UNION ALL ".join(
         f"SELECT {j} AS j, {a} AS a, {b} AS b, {sid[p]} AS tid_text"
         for j, (p, (a, b)) in enumerate(zip(PHASES, spans, strict=True))
@@ -95,7 +136,7 @@ def build_export(path: Path, steps: int) -> None:
     con.execute(
         f"""{kernel_cte}
         INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME
-        SELECT t, t + 300, 0, {gtid}, corr, {sid['cudaLaunchKernel_v7000']}, 0, NULL
+        SELECT t, t + 300, 0, {gtid}, corr, {sid["cudaLaunchKernel_v7000"]}, 0, NULL
         FROM launches ORDER BY corr"""
     )
     first_name = sid[KERNEL_NAMES[0]]
@@ -113,36 +154,16 @@ def build_export(path: Path, steps: int) -> None:
     os.replace(tmp, path)
 
 
-def read_columns(path: Path) -> list[tuple[str, list[tuple[str, str]]]]:
-    """(table, [(column, kind)]) for every source column specnsys reads that this export has."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    out = []
-    for read in (STRINGS, *(src for table in MODEL for src in table.sources)):
-        if read.table not in tables:
-            continue
-        present = {r[1] for r in con.execute(f'PRAGMA table_info("{read.table}")')}
-        cols = [(c.name, c.kind) for c in read.columns if c.name in present]
-        if cols:
-            out.append((read.table, cols))
-    con.close()
-    return out
-
-
-def bare_scan_script(path: Path) -> str:
-    """One aggregate per source table over exactly the columns specnsys reads (those present)."""
-    lines = []
-    for table, cols in read_columns(path):
-        terms = [f'total(length("{c}"))' if kind == "text" else f'total("{c}")' for c, kind in cols]
-        lines.append(f'SELECT {", ".join(terms)} FROM "{table}";')
-    return "\n".join(lines)
-
-
 def time_bare_scan(path: Path, script: str) -> float:
     if shutil.which("sqlite3"):
         started = time.perf_counter()
-        subprocess.run(["sqlite3", f"file:{path}?mode=ro&immutable=1"], input=script,
-                       capture_output=True, text=True, check=True)
+        subprocess.run(
+            ["sqlite3", f"file:{path}?mode=ro&immutable=1"],
+            input=script,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return time.perf_counter() - started
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
     started = time.perf_counter()
@@ -201,18 +222,28 @@ def main() -> int:
 
     naive = time_naive_python_read(path)
     med = statistics.median
-    print(f"export: {path.name}, {size_mb:.0f} MB, kernels {counts['kernels']:,}, "
-          f"runtime {counts['runtime']:,}, nvtx {counts['nvtx']:,}; "
-          f"{os.cpu_count()} cores, median of {args.repeat}")
+    print(
+        f"export: {path.name}, {size_mb:.0f} MB, kernels {counts['kernels']:,}, "
+        f"runtime {counts['runtime']:,}, nvtx {counts['nvtx']:,}; "
+        f"{os.cpu_count()} cores, median of {args.repeat}"
+    )
     print(f"{'bare sqlite3 scan of the same columns':<44}{med(bare):8.2f} s   1.00x")
-    print(f"{'specnsys cold open (export -> model+cache)':<44}{med(cold):8.2f} s"
-          f"   {med(cold) / med(bare):.2f}x bare scan   (goal <= 2x)")
-    print(f"{'python sqlite3 fetchall of the same columns':<44}{naive:8.2f} s"
-          f"   {naive / med(cold):.1f}x slower than specnsys cold (measured once)")
-    print(f"{'specnsys warm open (from cache)':<44}{med(warm):8.3f} s"
-          f"   {med(cold) / med(warm):.0f}x faster than cold   (goal >= 10x)")
-    print(f"{'warm open + kernel summary query':<44}{med(warm_query):8.3f} s"
-          f"   {med(cold) / med(warm_query):.0f}x faster than cold")
+    print(
+        f"{'specnsys cold open (export -> model+cache)':<44}{med(cold):8.2f} s"
+        f"   {med(cold) / med(bare):.2f}x bare scan   (goal <= 2x)"
+    )
+    print(
+        f"{'python sqlite3 fetchall of the same columns':<44}{naive:8.2f} s"
+        f"   {naive / med(cold):.1f}x slower than specnsys cold (measured once)"
+    )
+    print(
+        f"{'specnsys warm open (from cache)':<44}{med(warm):8.3f} s"
+        f"   {med(cold) / med(warm):.0f}x faster than cold   (goal >= 10x)"
+    )
+    print(
+        f"{'warm open + kernel summary query':<44}{med(warm_query):8.3f} s"
+        f"   {med(cold) / med(warm_query):.0f}x faster than cold"
+    )
     return 0
 
 
