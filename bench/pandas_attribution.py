@@ -28,22 +28,12 @@ import sys
 import numpy as np
 import pandas as pd
 
-PHASES = (
-    "request",
-    "prefill",
-    "draft_prefill",
-    "decode",
-    "forward",
-    "draft",
-    "verify",
-    "sample",
-    "kv",
-    "sync",
-    "schedule",
-)
-DOMAIN = "specnsys"
-UNANNOTATED = "unannotated"
-UNATTRIBUTED = "unattributed_gpu"
+# The vocabulary is the specification, not the method: take it from the library; the
+# attribution below is independent of specnsys's (pandas, no DuckDB).
+from specnsys.annotate import DOMAIN, PHASES
+from specnsys.attribution.launch import UNANNOTATED, UNATTRIBUTED_GPU
+
+UNATTRIBUTED = UNATTRIBUTED_GPU
 
 
 def load(path: str) -> dict[str, pd.DataFrame]:
