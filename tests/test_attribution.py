@@ -430,3 +430,42 @@ def test_property_exclusive_times_sum_to_the_window(tmp_path: Path, spec: dict) 
         for at in range(max(ws, o[0] + o[1]), min(we, o[0] + o[1] + o[2]))
     }
     assert pb.gpu_union_ns == len(busy) == pb.frame["gpu_wall_ns"].sum()
+
+
+def test_breakdown_is_kept_beside_the_cached_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm path: a second analysis of the unchanged export reads the stored breakdown
+    (computing nothing); other rules or another export compute afresh."""
+    from specnsys.attribution import timeline
+
+    b = _builder()
+    _request(b, 0, 1000)
+    _pp(b, 100, 300, "draft")
+    _pp(b, 300, 700, "verify")
+    b.runtime(150, 160, "cudaLaunchKernel_v7000", 1, pid=1, tid=1)
+    b.kernel(400, 600, "draft_k", 1, pid=1)
+    path = b.write(tmp_path / "t.sqlite")
+    with specnsys.open(path) as cold:
+        first = exclusive_phase_times(cold)
+        stored = list((cold.cache_folder / "derived").glob("phase_breakdown-*.json"))
+        assert len(stored) == 1
+
+    def fail(*args: object, **kw: object) -> None:
+        raise AssertionError("recomputed although the breakdown was stored")
+
+    with specnsys.open(path) as warm, monkeypatch.context() as m:
+        m.setattr(timeline, "_breakdown", fail)
+        again = exclusive_phase_times(warm)
+        assert again.frame.equals(first.frame)
+        assert again.to_dict() == first.to_dict()
+        with pytest.raises(AssertionError, match="recomputed"):
+            exclusive_phase_times(warm, rules="nvtx")  # other rules: another key
+        with pytest.raises(AssertionError, match="recomputed"):
+            exclusive_phase_times(warm, pid=2)
+    by = _by_phase(first)
+    assert by["draft"]["gpu_wall_ns"] == 200 and first.window_ns == 1000
+    _pp(b, 800, 900, "sample")  # the export changes: its cache entry (and breakdown) is new
+    b.write(path)
+    with specnsys.open(path) as changed:
+        assert _by_phase(exclusive_phase_times(changed))["sample"]["cpu_wall_ns"] == 100

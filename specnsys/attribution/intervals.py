@@ -6,7 +6,9 @@ ops on several streams would otherwise count twice.
 
 from __future__ import annotations
 
-__all__ = ["islands_sql"]
+import polars as pl
+
+__all__ = ["islands_frame", "islands_sql"]
 
 
 def islands_sql(source: str, key: str) -> str:
@@ -29,3 +31,26 @@ def islands_sql(source: str, key: str) -> str:
     )
     GROUP BY {key}, grp
     """
+
+
+def islands_frame(frame: pl.DataFrame, key: str) -> pl.DataFrame:
+    """Polars twin of :func:`islands_sql` for a materialized frame: per *key*, the intervals
+    ``[s, e)`` merged into disjoint islands ``a, b`` (touching intervals merge).
+
+    One sort and two running aggregates; far faster than SQL window functions on tens of
+    millions of intervals (the running max is a sorted scan, not a framed window)."""
+    if frame.height == 0:
+        return pl.DataFrame(schema={key: frame.schema[key], "a": pl.Int64, "b": pl.Int64})
+    ordered = frame.select(key, "s", "e").sort([key, "s", "e"])
+    # An interval opens an island when it starts after every earlier one of its key ended; an
+    # island ends at the row before the next opening (or its key's last row), where the
+    # running max of ``e`` is the island's end. Filters on a sorted frame, no group-by.
+    running = pl.col("e").cum_max().over(key)
+    opens = (pl.col("_prev").is_null() | (pl.col("s") > pl.col("_prev"))).alias("_opens")
+    marked = ordered.with_columns(running.alias("_run")).with_columns(
+        pl.col("_run").shift(1).over(key).alias("_prev")
+    ).with_columns(opens)
+    closes = pl.col("_opens").shift(-1).over(key).fill_null(True)
+    starts = marked.filter(pl.col("_opens")).select(key, pl.col("s").alias("a"))
+    ends = marked.filter(closes).select(pl.col("_run").alias("b"))
+    return pl.concat([starts, ends], how="horizontal")

@@ -17,7 +17,7 @@ are nanoseconds relative to the window start.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +26,12 @@ import polars as pl
 from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.launch import (
     UNANNOTATED,
-    gpu_ops_with_phase,
-    phase_ranges_sql,
+    attributed_gpu_ops,
+    attributed_runtime,
     rules_for,
 )
-from specnsys.attribution.timeline import exclusive_phase_times
+from specnsys.attribution.phase_map import create_phase_index, drop_phase_index, phase_ranges_sql
+from specnsys.attribution.timeline import PhaseBreakdown, exclusive_phase_times
 from specnsys.errors import BadInputError, UsageError
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def _choose_window(
     ws: int,
     we: int,
     step: int | None,
-    ops: pl.DataFrame,
+    ops_of: Callable[..., pl.DataFrame],
 ) -> tuple[int, int, str, int]:
     """(start, end, label, number of steps) of the step window; see the module docs."""
     steps = _rows(
@@ -137,7 +138,7 @@ def _choose_window(
     else:
         raise UsageError(f"--step {step}: the trace has {n} decode steps (0 to {n - 1})")
     s, e = int(steps[index][0]), int(steps[index][1])
-    launched = ops.filter((pl.col("api_start") >= s) & (pl.col("api_start") < e))
+    launched = ops_of(launched_between=(s, e))
     tail = int(launched["end"].max()) if launched.height else e  # type: ignore[arg-type]
     label = f"decode step {index + 1} of {n} ({how})"
     if tail > e:
@@ -171,9 +172,35 @@ def timeline_lanes(
             f"{trace.path}: no phase ranges on any thread, so there is no timeline to draw"
         )
     pid = breakdown.pid
-    all_ops = gpu_ops_with_phase(trace, rules=mapping).filter(
-        pl.col("pid") == pl.lit(pid, dtype=pl.Int64)
-    )
+    con = trace.connection
+    index = create_phase_index(con, mapping)
+    try:
+        runtime = attributed_runtime(trace, index, pid, names=True)
+
+        def ops_of(**where: Any) -> pl.DataFrame:
+            return attributed_gpu_ops(trace, index, pid=pid, names=True, runtime=runtime, **where)
+
+        return _lanes(
+            trace, mapping, breakdown, ops_of, step=step, start_ns=start_ns, end_ns=end_ns,
+            window_ms=window_ms,
+        )  # fmt: skip
+    finally:
+        drop_phase_index(con, index)
+
+
+def _lanes(
+    trace: Trace,
+    mapping: PhaseRules,
+    breakdown: PhaseBreakdown,
+    ops_of: Callable[..., pl.DataFrame],
+    *,
+    step: int | None,
+    start_ns: int | None,
+    end_ns: int | None,
+    window_ms: tuple[float, float] | None,
+) -> TimelineLanes:
+    pid, gtid = breakdown.pid, breakdown.driver_global_tid
+    assert pid is not None and gtid is not None
     if window_ms is not None:
         a, b = window_ms
         start_ns = breakdown.window_start_ns + round(a * 1e6)
@@ -187,7 +214,7 @@ def timeline_lanes(
     else:
         ws, we, label, n_steps = _choose_window(
             trace, mapping, gtid, breakdown.window_start_ns, breakdown.window_end_ns, step,
-            all_ops,
+            ops_of,
         )  # fmt: skip
     con = trace.connection
     caps = trace.summary.capabilities
@@ -305,7 +332,7 @@ def timeline_lanes(
             None, {}, not_available,
         )  # fmt: skip
 
-    gpu = all_ops.filter((pl.col("start") < we) & (pl.col("end") > ws)).select(
+    gpu = ops_of(window=(ws, we)).select(
         pl.format("GPU {} · stream {}", "device_id", "stream_id").alias("lane"),
         "op_kind",
         pl.col("name").cast(pl.String),

@@ -1,49 +1,43 @@
 """Launch attribution (DESIGN.md section 4, rule 1): every GPU op gets the phase of its launch.
 
-A GPU activity (kernel, memcpy, memset) is joined to the CUDA runtime call that launched it by
-``(correlation_id, pid)``; its phase is the innermost phase range (``push_pop`` range of the
-given NVTX domain whose text is a phase) open on the launching thread when that call started.
+A GPU activity (kernel, memcpy, memset, graph replay) is joined to the CUDA runtime call that
+launched it by ``(correlation_id, pid)``; its phase is the innermost phase range (under the
+name-mapping rules) open on the launching thread when that call started, found by one as-of
+lookup of the call's start in the thread's phase change points (:mod:`.phase_map`).
 
-How "innermost open range at time t on thread g" is found (no interval join, no recursion)
------------------------------------------------------------------------------------------
-Push/pop ranges of one thread and domain nest properly (and any subset of them -- here the
-phase-named ones -- nests too). Sweep each thread's range boundaries in time order, +1 at a
-start, -1 at an end (ends before starts at equal times, since ranges are half-open
-``[start, end)``; unclosed ranges have no end event, i.e. stay open to +infinity); the running
-sum is the number of open phase ranges, the *level*. For properly nested ranges, the innermost
-range open at ``t`` is the **last range started at or before t whose level right after its
-start equals the level at t**: every range started later and still before ``t`` lies inside
-it and has closed again, and those have a deeper level. So the lookup is two ASOF joins:
-
-1. level at ``t`` = the level after the last boundary ``<= t`` of thread ``g``;
-2. the innermost range = the last start ``<= t`` of thread ``g`` with exactly that level.
-
-The found range is checked to really contain ``t`` (a safety net for malformed, crossing
-ranges; a miss gives no phase). Zero-length ranges contain no instant and are ignored.
+Everything runs in Polars over the model's columnar tables with filters pushed into the scans:
+a hash join of ops to calls and one sorted as-of join, never an interval join, so cost and
+memory grow with the number of rows, not with ranges x ops.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 from specnsys.annotate import DOMAIN, PHASES
-from specnsys.attribution.rules import REQUEST, PhaseRules, default_rules, resolve_rules
+from specnsys.attribution.phase_map import (
+    PhaseIndex,
+    create_phase_index,
+    drop_phase_index,
+    lookup_phase,
+    mapped_nvtx_sql,
+    phase_lookup_sql,
+    phase_ranges_sql,
+)
+from specnsys.attribution.rules import PhaseRules, default_rules, resolve_rules
 
 if TYPE_CHECKING:
-    import duckdb
-
     from specnsys.ingest import Trace
 
 __all__ = [
     "PhaseIndex",
     "UNANNOTATED",
     "UNATTRIBUTED_GPU",
-    "gpu_ops_sql",
+    "attributed_gpu_ops",
+    "attributed_runtime",
     "create_phase_index",
     "drop_phase_index",
     "gpu_ops_with_phase",
@@ -59,150 +53,122 @@ UNANNOTATED = "unannotated"
 UNATTRIBUTED_GPU = "unattributed_gpu"
 """Phase of a GPU op whose launching runtime call is not in the trace."""
 
+_I64 = pl.Int64
 
-def mapped_nvtx_sql(rules: PhaseRules) -> str:
-    """SELECT of the NVTX ranges with their mapped ``phase`` (NULL when no rule matches)."""
-    return f"""
-        SELECT id, global_tid AS gtid, pid, start AS s, "end" AS e, kind, depth,
-               {rules.phase_sql()} AS phase
-        FROM nvtx
-        WHERE kind IN ('push_pop', 'start_end') AND start IS NOT NULL
+
+def _ops(
+    trace: Trace,
+    pid: int | None,
+    window: tuple[int, int] | None,
+    names: bool,
+    correlation_ids: pl.Series | None = None,
+) -> pl.LazyFrame:
+    """Every GPU op (kernels, memcpy, memset, whole-graph replays) of *pid* overlapping
+    *window* (and with one of *correlation_ids*), with the filters pushed into the scans."""
+
+    def part(table: str, kind: str, name: pl.Expr) -> pl.LazyFrame:
+        frame = trace.table(table)
+        if pid is not None:
+            frame = frame.filter(pl.col("pid") == pid)
+        if window is not None:
+            frame = frame.filter((pl.col("start") < window[1]) & (pl.col("end") > window[0]))
+        if correlation_ids is not None:
+            frame = frame.filter(pl.col("correlation_id").is_in(correlation_ids.implode()))
+        cols = [
+            pl.lit(kind).alias("op_kind"),
+            *(pl.col(c).cast(_I64) for c in ("start", "end", "device_id", "stream_id")),
+            pl.col("correlation_id").cast(_I64),
+            pl.col("pid").cast(_I64),
+        ]
+        if names:
+            cols.append(name.cast(pl.String).alias("name"))
+        return frame.select(cols)
+
+    return pl.concat(
+        [
+            part("kernels", "kernel", pl.col("short_name")),
+            part("memcpy", "memcpy", pl.col("copy_kind_name").fill_null("memcpy")),
+            part("memset", "memset", pl.lit("memset")),
+            part("graphs", "graph", pl.lit("graph ") + pl.col("graph_id").cast(pl.String)),
+        ]
+    )
+
+
+def attributed_runtime(
+    trace: Trace, index: PhaseIndex, pid: int | None = None, *, names: bool = False
+) -> pl.DataFrame:
+    """CUDA runtime calls (``event_class`` 0/1, no backtrace rows) of *pid* (every process when
+    None) with a correlation id or a name containing "launch", each with ``phase``: the
+    innermost phase range open on its thread when it started (NULL outside every range).
+
+    Columns: ``rt_pid, rt_corr, api_start, api_end, api_tid, api_global_tid, is_launch,
+    phase`` (plus ``api_name`` with *names*), sorted by ``api_start``.
     """
+    frame = trace.table("runtime").filter(
+        pl.col("event_class").is_in([0, 1]) & ~pl.col("is_backtrace").fill_null(False)
+    )
+    if pid is not None:
+        frame = frame.filter(pl.col("pid") == pid)
+    is_launch = pl.col("name").str.contains("(?i)launch").fill_null(False)
+    cols = [
+        pl.col("pid").cast(_I64).alias("rt_pid"),
+        pl.col("correlation_id").cast(_I64).alias("rt_corr"),
+        pl.col("start").cast(_I64).alias("api_start"),
+        pl.col("end").cast(_I64).alias("api_end"),
+        pl.col("tid").cast(_I64).alias("api_tid"),
+        pl.col("global_tid").cast(_I64).alias("api_global_tid"),
+        is_launch.alias("is_launch"),
+    ]
+    if names:
+        cols.append(pl.col("name").alias("api_name"))
+    calls = (
+        frame.select(cols)
+        .filter(pl.col("rt_corr").is_not_null() | pl.col("is_launch"))
+        .collect()
+    )
+    return lookup_phase(calls, index.change_points, t="api_start", gtid="api_global_tid")
 
 
-def phase_ranges_sql(rules: PhaseRules) -> str:
-    """SELECT of the phase ranges under *rules*: mapped push/pop ranges of known threads."""
-    return f"""
-        SELECT id, gtid, pid, s, e, phase, depth
-        FROM ({mapped_nvtx_sql(rules)})
-        WHERE kind = 'push_pop' AND phase IS NOT NULL AND phase <> '{REQUEST}'
-          AND gtid IS NOT NULL AND (e IS NULL OR e > s)
+def attributed_gpu_ops(
+    trace: Trace,
+    index: PhaseIndex,
+    *,
+    pid: int | None = None,
+    window: tuple[int, int] | None = None,
+    names: bool = False,
+    runtime: pl.DataFrame | None = None,
+    launched_between: tuple[int, int] | None = None,
+) -> pl.DataFrame:
+    """GPU ops of *pid* (every process when None) overlapping *window* ``(start, end)`` ns
+    (all when None), each with its launching call and ``phase`` (see :func:`gpu_ops_with_phase`).
+
+    *runtime* is :func:`attributed_runtime`'s frame for the same *pid* when the caller has it
+    (it is reused, not recomputed). With *launched_between* ``(a, b)`` only ops whose launching
+    call started in ``[a, b)`` are read. One launching call is taken per ``(pid,
+    correlation_id)`` (the earliest), so every op appears exactly once.
     """
-
-
-@dataclass(frozen=True)
-class PhaseIndex:
-    """The two lookup relations of the innermost-range search (see the module docs), as
-    names of tables built once by :func:`create_phase_index` and read by many lookups."""
-
-    levels: str
-    """(gtid, t, lvl): the open-range level on thread gtid after its boundaries at time t."""
-    starts: str
-    """(gtid, t, lvl, s, e, phase): every phase range start with the level right after it."""
-
-
-def _boundary_ctes(rules: PhaseRules) -> str:
-    return f"""
-    pr AS ({phase_ranges_sql(rules)}),
-    ev AS (
-        SELECT gtid, s AS t, 1 AS d, 1 AS is_start, s, e, phase, depth, id FROM pr
-        UNION ALL
-        SELECT gtid, e AS t, -1 AS d, 0 AS is_start, s, e, phase, depth, id FROM pr
-        WHERE e IS NOT NULL
-    ),
-    ev_ord AS (
-        SELECT *, row_number() OVER w AS rn, sum(d) OVER (w ROWS UNBOUNDED PRECEDING) AS lvl
-        FROM ev
-        WINDOW w AS (
-            PARTITION BY gtid ORDER BY t, is_start,
-                -- starts at one instant: outer first; ends at one instant: inner first
-                CASE WHEN is_start = 1 THEN depth ELSE -depth END NULLS LAST,
-                CASE WHEN is_start = 1 THEN -coalesce(e, 9223372036854775807) ELSE -s END,
-                CASE WHEN is_start = 1 THEN id ELSE -id END
+    if runtime is None:
+        runtime = attributed_runtime(trace, index, pid, names=names)
+    calls = runtime.filter(pl.col("rt_corr").is_not_null()).drop("is_launch")
+    wanted = None
+    if launched_between is not None:
+        a, b = launched_between
+        calls = calls.filter((pl.col("api_start") >= a) & (pl.col("api_start") < b))
+        wanted = calls["rt_corr"].unique()
+    ops = _ops(trace, pid, window, names, wanted).collect()
+    keys = {"left_on": ["pid", "correlation_id"], "right_on": ["rt_pid", "rt_corr"]}
+    joined = ops.join(calls, how="left", **keys, maintain_order="left")
+    if joined.height != ops.height:  # a correlation id with several calls: keep the first
+        calls = calls.sort(["api_start", "api_end", "api_global_tid"]).unique(
+            subset=["rt_pid", "rt_corr"], keep="first", maintain_order=True
         )
-    )"""
-
-
-def _levels_sql(rules: PhaseRules) -> str:
-    return (
-        f"WITH {_boundary_ctes(rules)} "
-        "SELECT gtid, t, arg_max(lvl, rn) AS lvl FROM ev_ord GROUP BY gtid, t"
+        joined = ops.join(calls, how="left", **keys, maintain_order="left")
+    return joined.with_columns(
+        pl.when(pl.col("api_start").is_null())
+        .then(pl.lit(UNATTRIBUTED_GPU))
+        .otherwise(pl.col("phase").fill_null(UNANNOTATED))
+        .alias("phase")
     )
-
-
-def _starts_sql(rules: PhaseRules) -> str:
-    return (
-        f"WITH {_boundary_ctes(rules)} "
-        "SELECT gtid, t, lvl, s, e, phase FROM ev_ord WHERE is_start = 1"
-    )
-
-
-def create_phase_index(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> PhaseIndex:
-    """Materialize the lookup relations once, for several lookups on one trace; the caller
-    drops them with :func:`drop_phase_index`."""
-    stem = f"_specnsys_phase_index_{uuid.uuid4().hex}"
-    index = PhaseIndex(f"{stem}_levels", f"{stem}_starts")
-    con.execute(f"CREATE TEMP TABLE {index.levels} AS {_levels_sql(rules)}")
-    con.execute(f"CREATE TEMP TABLE {index.starts} AS {_starts_sql(rules)}")
-    return index
-
-
-def drop_phase_index(con: duckdb.DuckDBPyConnection, index: PhaseIndex) -> None:
-    for name in (index.levels, index.starts):
-        con.execute(f"DROP TABLE IF EXISTS {name}")
-
-
-def phase_lookup_sql(points: str, rules: PhaseRules, index: PhaseIndex | None = None) -> str:
-    """SQL adding ``phase`` (innermost open phase range, NULL if none) to every row of *points*.
-
-    *points* is a SELECT with columns ``_gtid`` (thread) and ``_t`` (time) among others; the
-    result has all of its columns plus ``phase``, under the name-mapping *rules* (read from
-    the prebuilt *index* when given).
-    """
-    levels = index.levels if index else f"({_levels_sql(rules)})"
-    starts = index.starts if index else f"({_starts_sql(rules)})"
-    # Each ASOF LEFT JOIN keeps every left row exactly once, so the point columns ride along
-    # (no row numbering and join back).
-    return f"""
-    WITH q_lvl AS (
-        SELECT q.*, l.lvl AS _lvl
-        FROM ({points}) q ASOF LEFT JOIN {levels} l ON q._gtid = l.gtid AND q._t >= l.t
-    )
-    SELECT q.* EXCLUDE (_lvl),
-           CASE WHEN q._lvl > 0 AND st.s <= q._t AND (st.e IS NULL OR q._t < st.e)
-                THEN st.phase END AS phase
-    FROM q_lvl q ASOF LEFT JOIN {starts} st
-      ON q._gtid = st.gtid AND q._lvl = st.lvl AND q._t >= st.t
-    """
-
-
-def gpu_ops_sql(rules: PhaseRules, index: PhaseIndex | None = None) -> str:
-    """SELECT of every GPU op with its launch call and phase under *rules*."""
-    points = """
-        WITH ops AS (
-            SELECT 'kernel' AS op_kind, start, "end", device_id, stream_id, correlation_id,
-                   pid, short_name AS name FROM kernels
-            UNION ALL
-            SELECT 'memcpy', start, "end", device_id, stream_id, correlation_id, pid,
-                   coalesce(copy_kind_name, 'memcpy') FROM memcpy
-            UNION ALL
-            SELECT 'memset', start, "end", device_id, stream_id, correlation_id, pid, 'memset'
-            FROM memset
-            UNION ALL
-            -- whole-graph rows (--cuda-graph-trace=graph): the replay is one op of its launch
-            SELECT 'graph', start, "end", device_id, stream_id, correlation_id, pid,
-                   'graph ' || graph_id FROM graphs
-        ),
-        rt AS (
-            SELECT pid AS rt_pid, correlation_id AS rt_corr, start AS api_start,
-                   "end" AS api_end, name AS api_name, tid AS api_tid, global_tid AS _gtid
-            FROM runtime
-            WHERE event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
-              AND correlation_id IS NOT NULL
-            -- one launching call per (pid, correlation id): a duplicate can never double count
-            QUALIFY row_number() OVER (
-                PARTITION BY pid, correlation_id ORDER BY start, "end", global_tid) = 1
-        )
-        SELECT ops.*, rt.api_start, rt.api_end, rt.api_name, rt.api_tid,
-               rt._gtid, rt.api_start AS _t
-        FROM ops LEFT JOIN rt ON ops.correlation_id = rt.rt_corr AND ops.pid = rt.rt_pid
-    """
-    return f"""
-        SELECT * EXCLUDE (_gtid, _t, phase), _gtid AS api_global_tid,
-               CASE WHEN api_start IS NULL THEN '{UNATTRIBUTED_GPU}'
-                    ELSE coalesce(phase, '{UNANNOTATED}') END AS phase
-        FROM ({phase_lookup_sql(points, rules, index)})
-    """
 
 
 def gpu_ops_with_phase(
@@ -211,24 +177,36 @@ def gpu_ops_with_phase(
     domain: str = DOMAIN,
     *,
     rules: PhaseRules | str | None = None,
+    pid: int | None = None,
+    window: tuple[int, int] | None = None,
 ) -> pl.DataFrame:
     """Every kernel, memcpy and memset of *trace* with the phase it was launched in.
 
     Columns: ``op_kind`` (``kernel``/``memcpy``/``memset``/``graph``: a whole-graph execution
-    row of ``--cuda-graph-trace=graph``; with ``=node`` its kernels are ordinary rows), ``start``, ``end``, ``device_id``,
-    ``stream_id``, ``correlation_id``, ``pid``, ``name``, the launching call's ``api_start``,
-    ``api_end``, ``api_name``, ``api_tid``, ``api_global_tid`` (NULL when it is missing), and
-    ``phase``: the innermost phase range open on the launching thread when the call started,
-    ``unannotated`` when none was open, ``unattributed_gpu`` when the runtime row is missing.
-    Runtime rows are restricted to ``event_class IN (0, 1)`` and not ``is_backtrace``, and one
-    call is taken per ``(pid, correlation_id)``, so every op appears exactly once.
+    row of ``--cuda-graph-trace=graph``; with ``=node`` its kernels are ordinary rows),
+    ``start``, ``end``, ``device_id``, ``stream_id``, ``correlation_id``, ``pid``, ``name``, the
+    launching call's ``api_start``, ``api_end``, ``api_name``, ``api_tid``, ``api_global_tid``
+    (NULL when it is missing), and ``phase``: the innermost phase range open on the launching
+    thread when the call started, ``unannotated`` when none was open, ``unattributed_gpu`` when
+    the runtime row is missing. Runtime rows are restricted to ``event_class IN (0, 1)`` and
+    not ``is_backtrace``, and one call is taken per ``(pid, correlation_id)``, so every op
+    appears exactly once. *pid* and *window* ``(start_ns, end_ns)`` keep the ops of one process
+    overlapping a window (pushed into the scans: use them on large traces).
 
     Phases are *rules* (a :class:`PhaseRules`, a built-in set's name or a TOML path) when
     given, else specnsys's own convention: ranges of *domain* named one of *phases*.
     """
     mapping = rules_for(phases, domain, rules)
-    sql = f'SELECT * FROM ({gpu_ops_sql(mapping)}) ORDER BY start, "end", op_kind, correlation_id'
-    return trace.connection.sql(sql).pl()
+    con = trace.connection
+    index = create_phase_index(con, mapping)
+    try:
+        ops = attributed_gpu_ops(trace, index, pid=pid, window=window, names=True)
+    finally:
+        drop_phase_index(con, index)
+    return ops.select(
+        "op_kind", "start", "end", "device_id", "stream_id", "correlation_id", "pid", "name",
+        "api_start", "api_end", "api_name", "api_tid", "api_global_tid", "phase",
+    ).sort(["start", "end", "op_kind", "correlation_id"], nulls_last=True)  # fmt: skip
 
 
 def rules_for(phases: Sequence[str], domain: str, rules: PhaseRules | str | None) -> PhaseRules:

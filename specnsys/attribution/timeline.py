@@ -1,22 +1,23 @@
 """Exclusive phase timeline (DESIGN.md section 4, rules 2-4): phase times that sum to the window.
 
-Method (one sorted sweep, all in DuckDB SQL; no per-event Python, no interval-pair joins):
+Method (sorted sweeps in Polars over the model's columns; no per-event Python, no
+interval-pair joins; memory grows with the number of rows, never with ranges x ops):
 
-* GPU ops of the analyzed process (with their launch phase, see :mod:`.launch`) are clipped to
-  the window and merged, per phase, into disjoint *islands* (gaps-and-islands with a running
-  max of ``end``). The islands give each phase's GPU busy time (an interval union).
+* GPU ops of the analyzed process get their launch phase (:mod:`.launch`: a hash join to the
+  launching call and one as-of lookup of the call's start), are clipped to the window and
+  merged, per phase, into disjoint *islands* (a sorted running max of ``end``). The islands
+  give each phase's GPU busy time (an interval union).
 * Every island start/end (+1/-1), every driver-thread phase-range start/end and both window
   ends are boundaries; consecutive boundaries bound elementary segments ``[t_i, t_{i+1})``.
   The running sum of the +1/-1 is ``n``, the number of distinct phases with GPU work running.
-* A segment with ``n > 0`` is split evenly among the ``n`` running phases. To stay exact, time
-  is counted in units of ``1/D`` ns with ``D = lcm(1..P)`` (``P`` = number of GPU phases), so a
-  segment gives ``len * D / n`` units (an integer) to each; with ``F(t)`` the running total of
-  those per-phase units, a phase's share of GPU-busy time is ``sum(F(b) - F(a))`` over its
-  islands (an equi-join on boundary times). The per-phase totals sum to the union of GPU
-  activity times ``D`` exactly; they are rounded to integer ns by largest remainder (ties in
-  phase order), so the rounded GPU parts sum to the GPU-busy union exactly.
+* A segment with ``n > 0`` is split evenly among the ``n`` running phases. To stay exact with
+  no overflow whatever the number of phases, each phase's share is summed per distinct ``n``
+  (``S_n``: the length of its islands' segments with that ``n``, a prefix-sum difference) and
+  the total ``sum(S_n / n)`` is an exact fraction. The totals sum to the union of GPU activity
+  exactly; they are rounded to integer ns by largest remainder (ties in phase order), so the
+  rounded GPU parts sum to the GPU-busy union exactly.
 * A segment with ``n = 0`` belongs to the innermost phase range open on the driver thread at
-  its start (the same level/ASOF lookup as launch attribution), else to ``unannotated``.
+  its start (one as-of lookup in the thread's phase change points), else to ``unannotated``.
 
 So ``sum(wall_ns) == window_ns`` exactly and every share lies in ``[0, 1]``.
 """
@@ -24,26 +25,29 @@ So ``sum(wall_ns) == window_ns`` exactly and every share lies in ``[0, 1]``.
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from specnsys.annotate import DOMAIN, PHASES
-from specnsys.attribution.intervals import islands_sql
+from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import (
     UNANNOTATED,
     UNATTRIBUTED_GPU,
+    attributed_gpu_ops,
+    attributed_runtime,
+    rules_for,
+)
+from specnsys.attribution.phase_map import (
     PhaseIndex,
     create_phase_index,
     drop_phase_index,
-    gpu_ops_sql,
+    lookup_phase,
     mapped_nvtx_sql,
-    phase_lookup_sql,
     phase_ranges_sql,
-    rules_for,
 )
 from specnsys.attribution.rules import REQUEST, PhaseRules
 
@@ -91,13 +95,48 @@ class PhaseBreakdown:
     def window_ns(self) -> int:
         return self.window_end_ns - self.window_start_ns
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, the frame as a list of rows (the inverse of :meth:`from_dict`)."""
+        fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "frame"}
+        return {**fields, "frame": self.frame.to_dicts()}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> PhaseBreakdown:
+        frame = pl.DataFrame(doc["frame"], schema=FRAME_SCHEMA, orient="row")
+        return cls(**{**doc, "frame": frame})
+
+
+FRAME_SCHEMA = {
+    "phase": pl.String,
+    "wall_ns": _I64,
+    "share": pl.Float64,
+    "gpu_wall_ns": _I64,
+    "cpu_wall_ns": _I64,
+    "gpu_busy_ns": _I64,
+    "kernels": _I64,
+    "launches": _I64,
+    "cpu_inclusive_ns": _I64,
+    "cpu_exclusive_ns": _I64,
+}
+"""Columns of :attr:`PhaseBreakdown.frame`, in order."""
+
+#: Version of the timeline's semantics, part of the key of breakdowns kept in the trace cache:
+#: bump it whenever a change to this package would give a different breakdown.
+TIMELINE_VERSION = 1
+
 
 def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple | None:
     rows = trace.connection.execute(sql, prm).fetchall()
     return rows[0] if rows else None
 
 
-def _choose_pid(trace: Trace, ops_name: str, rules: PhaseRules) -> int | None:
+_ALL_OPS = """(
+    SELECT pid, start, "end" FROM kernels UNION ALL SELECT pid, start, "end" FROM memcpy
+    UNION ALL SELECT pid, start, "end" FROM memset UNION ALL SELECT pid, start, "end" FROM graphs
+)"""
+
+
+def _choose_pid(trace: Trace, rules: PhaseRules) -> int | None:
     row = _one(
         trace,
         f"SELECT pid FROM ({phase_ranges_sql(rules)}) WHERE pid IS NOT NULL "
@@ -106,7 +145,7 @@ def _choose_pid(trace: Trace, ops_name: str, rules: PhaseRules) -> int | None:
     if row is None:
         row = _one(
             trace,
-            f"SELECT pid FROM {ops_name} WHERE pid IS NOT NULL "
+            f"SELECT pid FROM {_ALL_OPS} WHERE pid IS NOT NULL "
             "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
         )
     if row is None:
@@ -114,7 +153,7 @@ def _choose_pid(trace: Trace, ops_name: str, rules: PhaseRules) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _window(trace: Trace, ops_name: str, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
+def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
     if pid is None:
         return 0, 0
     span = _one(
@@ -124,7 +163,7 @@ def _window(trace: Trace, ops_name: str, pid: int | None, rules: PhaseRules) -> 
                 WHERE pid = $pid AND kind IN ('push_pop', 'start_end') AND start IS NOT NULL
                   AND coalesce("end", start) >= start  -- backwards rows are ignored everywhere
                 UNION ALL
-                SELECT start, "end" FROM {ops_name} WHERE pid = $pid AND "end" >= start)""",
+                SELECT start, "end" FROM {_ALL_OPS} WHERE pid = $pid AND "end" >= start)""",
         {"pid": pid},
     )
     if span is None or span[0] is None:
@@ -141,52 +180,60 @@ def _window(trace: Trace, ops_name: str, pid: int | None, rules: PhaseRules) -> 
     return span_start, span_end
 
 
-def _islands_sql(ops_name: str) -> str:
-    """Per phase, its GPU ops (clipped to the window) merged into disjoint islands ``[a, b)``."""
-    clipped = f"""(
-        SELECT phase, greatest(start, $ws) AS s, least("end", $we) AS e
-        FROM {ops_name}
-        WHERE pid = $pid AND start < $we AND "end" > $ws AND "end" > start
-    )"""
-    return islands_sql(clipped, "phase")
-
-
-def _segments_sql(islands_name: str, rules: PhaseRules) -> str:
-    """Elementary segments ``[t, t_next)`` between all boundaries, with ``n`` (GPU phases
-    running) and ``len``; see the module docs."""
-    return f"""
-    WITH cpu_r AS (
-        SELECT greatest(s, $ws) AS s, least(coalesce(e, $we), $we) AS e
-        FROM ({phase_ranges_sql(rules)})
-        WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws
-    ),
-    bnd AS (
-        SELECT a AS t, 1 AS d FROM {islands_name}
-        UNION ALL SELECT b, -1 FROM {islands_name}
-        UNION ALL SELECT s, 0 FROM cpu_r
-        UNION ALL SELECT e, 0 FROM cpu_r
-        UNION ALL SELECT $ws::BIGINT, 0
-        UNION ALL SELECT $we::BIGINT, 0
-    ),
-    pts AS (SELECT t, sum(d) AS d FROM bnd GROUP BY t),
-    seg0 AS (
-        SELECT t, lead(t) OVER (ORDER BY t) AS t_next,
-               sum(d) OVER (ORDER BY t ROWS UNBOUNDED PRECEDING) AS n
-        FROM pts
+def _segments(islands: pl.DataFrame, cpu_ranges: pl.DataFrame, ws: int, we: int) -> pl.DataFrame:
+    """Elementary segments ``[t, t + len)`` between all boundaries, sorted by ``t``, with
+    ``n`` (GPU phases running); see the module docs."""
+    bounds = pl.concat(
+        [
+            islands.select(pl.col("a").alias("t"), pl.lit(1, _I64).alias("d")),
+            islands.select(pl.col("b").alias("t"), pl.lit(-1, _I64).alias("d")),
+            cpu_ranges.select(pl.col("s").alias("t"), pl.lit(0, _I64).alias("d")),
+            cpu_ranges.select(pl.col("e").alias("t"), pl.lit(0, _I64).alias("d")),
+            pl.DataFrame({"t": [ws, we], "d": [0, 0]}, schema={"t": _I64, "d": _I64}),
+        ]
     )
-    SELECT t, n, coalesce(t_next - t, 0) AS len FROM seg0
-    """
+    # Sorted once; the running count after the last boundary of each instant is its n.
+    swept = bounds.sort("t").with_columns(pl.col("d").cum_sum().alias("n"))
+    last_of_instant = (pl.col("t") != pl.col("t").shift(-1)).fill_null(True)
+    return swept.filter(last_of_instant).select(
+        "t", "n", (pl.col("t").shift(-1) - pl.col("t")).fill_null(0).alias("len")
+    )
 
 
-def _largest_remainder(floor: pl.Series, rem: pl.Series, target: int) -> pl.Series:
-    """Add 1 to the ``target - sum(floor)`` entries with the largest remainders (ties: order)."""
-    deficit = target - int(floor.sum())
-    if deficit <= 0 or floor.len() == 0:
-        return floor
-    order = pl.DataFrame({"rem": rem, "i": range(rem.len())}).with_row_index("pos")
-    chosen = order.sort(["rem", "i"], descending=[True, False]).head(deficit)["pos"]
-    bump = pl.Series([0] * floor.len(), dtype=_I64).scatter(chosen, 1)
-    return floor + bump
+def _gpu_shares(islands: pl.DataFrame, segments: pl.DataFrame) -> dict[str, Fraction]:
+    """Each phase's exact share of GPU-busy time: ``sum over n of S_n / n`` (module docs)."""
+    if islands.height == 0:
+        return {}
+    seg_t = segments["t"]
+    at = islands.select(
+        "phase",
+        seg_t.search_sorted(islands["a"]).alias("ia"),
+        seg_t.search_sorted(islands["b"]).alias("ib"),
+    )
+    totals: dict[str, Fraction] = {}
+    for n in segments.filter(pl.col("n") > 0)["n"].unique().sort().to_list():
+        mine = pl.when(segments["n"] == n).then(segments["len"]).otherwise(0)
+        prefix = segments.select((mine.cum_sum() - mine).alias("f"))["f"]  # before segment i
+        per_phase = (
+            at.with_columns((prefix.gather(at["ib"]) - prefix.gather(at["ia"])).alias("part"))
+            .group_by("phase")
+            .agg(pl.col("part").sum())
+        )
+        for phase, part in per_phase.iter_rows():
+            if part:
+                totals[phase] = totals.get(phase, Fraction(0)) + Fraction(int(part), int(n))
+    return totals
+
+
+def _largest_remainder(shares: Sequence[Fraction], target: int) -> list[int]:
+    """Integer parts of *shares* (which sum to *target*), +1 for the ``target - sum(floors)``
+    largest remainders (ties: earlier first), so the result sums to *target* exactly."""
+    floors = [int(math.floor(x)) for x in shares]
+    deficit = target - sum(floors)
+    order = sorted(range(len(shares)), key=lambda i: (-(shares[i] - floors[i]), i))
+    for i in order[: max(deficit, 0)]:
+        floors[i] += 1
+    return floors
 
 
 def exclusive_phase_times(
@@ -209,28 +256,28 @@ def exclusive_phase_times(
     """
     con = trace.connection
     mapping = rules_for(phases, domain, rules)
-    # GPU ops with their launch phase stay inside DuckDB (a temp table of five columns): on a
-    # trace with tens of millions of kernels nothing per-op is materialized in Python.
-    ops_name = f"_specnsys_ops_{uuid.uuid4().hex}"
+    # A breakdown is a pure function of the export, the rules and pid: kept beside the cached
+    # model, a second analysis of the same unchanged export reads it back (the warm path).
+    key = {"version": TIMELINE_VERSION, "rules": repr(mapping), "pid": pid}
+    stored = trace.load_derived("phase_breakdown", key)
+    if stored is not None:
+        return PhaseBreakdown.from_dict(stored)
     index = create_phase_index(con, mapping)  # built once, read by every lookup below
     try:
-        con.execute(
-            f"""CREATE TEMP TABLE {ops_name} AS
-                SELECT op_kind, start, "end", pid, phase FROM ({gpu_ops_sql(mapping, index)})"""
-        )
-        return _breakdown(trace, ops_name, mapping, pid, index)
+        breakdown = _breakdown(trace, mapping, pid, index)
     finally:
-        con.execute(f"DROP TABLE IF EXISTS {ops_name}")
         drop_phase_index(con, index)
+    trace.store_derived("phase_breakdown", key, breakdown.to_dict())
+    return breakdown
 
 
 def _breakdown(
-    trace: Trace, all_ops: str, mapping: PhaseRules, pid: int | None, index: PhaseIndex
+    trace: Trace, mapping: PhaseRules, pid: int | None, index: PhaseIndex
 ) -> PhaseBreakdown:
     con = trace.connection
     if pid is None:
-        pid = _choose_pid(trace, all_ops, mapping)
-    ws, we = _window(trace, all_ops, pid, mapping)
+        pid = _choose_pid(trace, mapping)
+    ws, we = _window(trace, pid, mapping)
     row = None
     if pid is not None:
         row = _one(
@@ -240,110 +287,94 @@ def _breakdown(
             {"pid": pid},
         )
     gtid = None if row is None else int(row[0])
-
-    ops_name = f"{all_ops}_mine"
-    con.execute(
-        f"""CREATE TEMP TABLE {ops_name} AS SELECT * FROM {all_ops}
-            WHERE pid = $pid AND start < $we AND "end" > $ws AND "end" > start""",
-        {"pid": pid, "ws": ws, "we": we},
-    )
-    islands, segments = f"{ops_name}_islands", f"{ops_name}_seg"
-    try:
-        # The sweep is materialized once (two temp tables) and read by every query below.
-        con.execute(
-            f"CREATE TEMP TABLE {islands} AS {_islands_sql(ops_name)}",
-            {"pid": pid, "ws": ws, "we": we},
-        )
-        con.execute(
-            f"CREATE TEMP TABLE {segments} AS {_segments_sql(islands, mapping)}",
-            {"gtid": gtid, "ws": ws, "we": we},
-        )
-        union_row = con.execute(
-            f"""SELECT coalesce(sum(len) FILTER (WHERE n > 0), 0)::BIGINT,
-                       coalesce(max(n), 0)::BIGINT FROM {segments}"""
-        ).fetchall()
-        gpu_union, max_running = int(union_row[0][0]), int(union_row[0][1])
-        # Exact even splits need a common denominator of every running-phase count n that
-        # occurs: lcm(1..max n), not lcm(1..number of phases) (which overflows for many phases).
-        denom = math.lcm(*range(1, max_running + 1)) if max_running else 1
-        # 64-bit running sums suffice (and are much faster) while window x D fits in them
-        wide = "BIGINT" if (we - ws + 1) * denom < 2**62 else "HUGEINT"
-        gpu = con.sql(
-            f"""WITH u AS (
-                    SELECT t, CASE WHEN n > 0 THEN len::{wide} * $D // n
-                                   ELSE 0::{wide} END AS u
-                    FROM {segments}
-                ),
-                seg AS (
-                    SELECT t, coalesce(sum(u) OVER (ORDER BY t ROWS BETWEEN UNBOUNDED
-                                                    PRECEDING AND 1 PRECEDING), 0)::{wide} AS f
-                    FROM u
-                ),
-                isl_f AS (
-                    SELECT i.phase, i.b - i.a AS busy, fb.f - fa.f AS units
-                    FROM {islands} i JOIN seg fa ON fa.t = i.a JOIN seg fb ON fb.t = i.b
-                ),
-                per AS (SELECT phase, sum(busy)::BIGINT AS gpu_busy_ns,
-                               sum(units)::{wide} AS units FROM isl_f GROUP BY phase)
-                SELECT phase, gpu_busy_ns, (units // $D)::BIGINT AS floor_ns,
-                       (units % $D)::BIGINT AS rem
-                FROM per""",
-            params={"D": denom},
-        ).pl()
-        points = f"SELECT $gtid::BIGINT AS _gtid, t AS _t, len, n FROM {segments} WHERE len > 0"
-        cpu = con.sql(
-            f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase,
-                       sum(len) FILTER (WHERE n = 0)::BIGINT AS cpu_wall_ns,
-                       sum(len)::BIGINT AS cpu_exclusive_ns
-                FROM ({phase_lookup_sql(points, mapping, index)}) GROUP BY 1""",
-            params={"gtid": gtid},
-        ).pl()
-        kernels = con.sql(
-            f"""SELECT phase, count(*)::BIGINT AS kernels FROM {ops_name}
-                WHERE op_kind = 'kernel' GROUP BY phase"""
-        ).pl()
-        has_unattributed = bool(
-            con.execute(
-                f"SELECT count(*) FROM {all_ops} WHERE pid = $pid AND phase = '{UNATTRIBUTED_GPU}'",
-                {"pid": pid},
-            ).fetchall()[0][0]
-        )
-    finally:
-        for name in (ops_name, islands, segments):
-            con.execute(f"DROP TABLE IF EXISTS {name}")
-
     window_prm = {"gtid": gtid, "ws": ws, "we": we}
-    inclusive = con.sql(
-        f"""SELECT phase, sum(least(coalesce(e, $we), $we) - greatest(s, $ws))::BIGINT
-                   AS cpu_inclusive_ns,
-                   count(*) FILTER (WHERE e IS NULL)::BIGINT AS unclosed
+    cpu_ranges = con.sql(
+        f"""SELECT phase, greatest(s, $ws) AS s, least(coalesce(e, $we), $we) AS e,
+                   e IS NULL AS unclosed
             FROM ({phase_ranges_sql(mapping)})
-            WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws GROUP BY phase""",
+            WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws""",
         params=window_prm,
     ).pl()
-    launch_points = """
-        SELECT global_tid AS _gtid, start AS _t FROM runtime
-        WHERE pid = $pid AND event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
-          AND name ILIKE '%launch%' AND start >= $ws AND start < $we
-    """
-    launches = con.sql(
-        f"""SELECT coalesce(phase, '{UNANNOTATED}') AS phase, count(*)::BIGINT AS launches
-            FROM ({phase_lookup_sql(launch_points, mapping, index)}) GROUP BY 1""",
-        params={"pid": pid, "ws": ws, "we": we},
-    ).pl()
-    parts = (gpu, cpu, inclusive, launches, kernels)
+    inclusive = cpu_ranges.group_by("phase").agg(
+        (pl.col("e") - pl.col("s")).sum().cast(_I64).alias("cpu_inclusive_ns"),
+        pl.col("unclosed").sum().cast(_I64).alias("unclosed"),
+    )
+
+    # Launch attribution for this process only: its runtime calls get a phase once, and serve
+    # both the ops' phases and the launch counts.
+    runtime = attributed_runtime(trace, index, pid) if pid is not None else None
+    ops = (
+        attributed_gpu_ops(trace, index, pid=pid, runtime=runtime)
+        if runtime is not None
+        else pl.DataFrame(schema={"op_kind": pl.String, "start": _I64, "end": _I64, "phase": pl.String})
+    )
+    has_unattributed = bool(ops.select((pl.col("phase") == UNATTRIBUTED_GPU).any()).item())
+    mine = ops.filter(
+        (pl.col("start") < we) & (pl.col("end") > ws) & (pl.col("end") > pl.col("start"))
+    ).select(
+        "op_kind",
+        "phase",
+        pl.max_horizontal("start", pl.lit(ws, _I64)).alias("s"),
+        pl.min_horizontal("end", pl.lit(we, _I64)).alias("e"),
+    )
+    del ops
+    kernels = (
+        mine.filter(pl.col("op_kind") == "kernel")
+        .group_by("phase")
+        .agg(pl.len().cast(_I64).alias("kernels"))
+    )
+    islands = islands_frame(mine, "phase")
+    del mine
+    segments = _segments(islands, cpu_ranges, ws, we)
+    gpu_union = int(segments.filter(pl.col("n") > 0)["len"].sum())
+    shares = _gpu_shares(islands, segments)
+    gpu = islands.group_by("phase").agg(
+        (pl.col("b") - pl.col("a")).sum().cast(_I64).alias("gpu_busy_ns")
+    )
+    gpu = gpu.with_columns(
+        pl.col("phase")
+        .map_elements(lambda p: int(math.floor(shares.get(p, 0))), return_dtype=_I64)
+        .alias("floor_ns")
+    )
+    del islands
+
+    driver_points = (
+        index.change_points.filter(pl.col("gtid") == gtid)
+        if gtid is not None
+        else index.change_points.clear()
+    )
+    cpu = (
+        lookup_phase(segments.filter(pl.col("len") > 0), driver_points, t="t", gtid=None)
+        .group_by(pl.col("phase").fill_null(UNANNOTATED))
+        .agg(
+            pl.col("len").filter(pl.col("n") == 0).sum().cast(_I64).alias("cpu_wall_ns"),
+            pl.col("len").sum().cast(_I64).alias("cpu_exclusive_ns"),
+        )
+    )
+    del segments
+    if runtime is not None:
+        launches = (
+            runtime.filter(
+                pl.col("is_launch") & (pl.col("api_start") >= ws) & (pl.col("api_start") < we)
+            )
+            .group_by(pl.col("phase").fill_null(UNANNOTATED))
+            .agg(pl.len().cast(_I64).alias("launches"))
+        )
+    else:
+        launches = pl.DataFrame(schema={"phase": pl.String, "launches": _I64})
+    del runtime
+
+    parts = (gpu, cpu, inclusive.drop("unclosed"), launches, kernels)
     frame = pl.DataFrame(
         {"phase": _phase_order(mapping, parts, has_unattributed)},
         schema={"phase": pl.String},
     )
-    for part in parts:
+    for part in (*parts[:2], inclusive, *parts[3:]):
         frame = frame.join(part, on="phase", how="left", maintain_order="left")
     frame = frame.with_columns(
         pl.col(c).fill_null(0).cast(_I64)
         for c in (
             "gpu_busy_ns",
-            "floor_ns",
-            "rem",
             "cpu_wall_ns",
             "cpu_exclusive_ns",
             "cpu_inclusive_ns",
@@ -352,26 +383,17 @@ def _breakdown(
             "kernels",
         )
     )
-    gpu_wall = _largest_remainder(frame["floor_ns"], frame["rem"], gpu_union)
+    gpu_wall = _largest_remainder(
+        [shares.get(p, Fraction(0)) for p in frame["phase"].to_list()], gpu_union
+    )
     window_ns = we - ws
-    frame = frame.with_columns(gpu_wall.alias("gpu_wall_ns")).with_columns(
+    frame = frame.with_columns(pl.Series("gpu_wall_ns", gpu_wall, dtype=_I64)).with_columns(
         (pl.col("gpu_wall_ns") + pl.col("cpu_wall_ns")).alias("wall_ns")
     )
     unclosed = int(frame["unclosed"].sum())
     frame = frame.with_columns(
         (pl.col("wall_ns") / window_ns if window_ns > 0 else pl.lit(0.0)).alias("share")
-    ).select(
-        "phase",
-        "wall_ns",
-        "share",
-        "gpu_wall_ns",
-        "cpu_wall_ns",
-        "gpu_busy_ns",
-        "kernels",
-        "launches",
-        "cpu_inclusive_ns",
-        "cpu_exclusive_ns",
-    )
+    ).select(list(FRAME_SCHEMA))
     return PhaseBreakdown(ws, we, frame, pid, gtid, gpu_union, mapping.name, unclosed)
 
 

@@ -10,6 +10,7 @@ from memory, with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -119,3 +120,40 @@ def commit(tmp: Path, folder: Path, key: CacheKey, tables: list[str], summary: d
             raise
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+DERIVED = "derived"
+
+
+def _derived_file(folder: Path, kind: str, key: dict) -> Path:
+    payload = json.dumps({"kind": kind, "model": MODEL_VERSION, **key}, sort_keys=True, default=str)
+    return folder / DERIVED / f"{kind}-{hashlib.sha256(payload.encode()).hexdigest()[:24]}.json"
+
+
+def read_derived(folder: Path, kind: str, key: dict) -> dict | None:
+    """A result derived from the entry in *folder* (see :func:`write_derived`), or None."""
+    try:
+        doc = json.loads(_derived_file(folder, kind, key).read_text())
+    except (OSError, ValueError):
+        return None
+    # the key is stored too: a hash collision can never hand back another result
+    return doc.get("value") if doc.get("key") == json.loads(json.dumps(key, default=str)) else None
+
+
+def write_derived(folder: Path, kind: str, key: dict, value: dict) -> None:
+    """Store a result computed from the entry in *folder* (an analysis of the same export), so
+    a later run with the same *key* reads it instead of recomputing it. The file lives inside
+    the entry, so it goes stale and is dropped with it. Best effort: a cache that cannot be
+    written only costs the recomputation next time."""
+    target = _derived_file(folder, kind, key)
+    tmp: str | None = None
+    try:
+        target.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"key": key, "value": value}, handle, default=str)
+        os.replace(tmp, target)  # atomic: readers see the old file or the whole new one
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

@@ -112,6 +112,19 @@ class Trace:
 
         return pq.read_table(self.cache_folder / f"{name}.parquet", memory_map=True)
 
+    def load_derived(self, kind: str, key: dict) -> dict | None:
+        """A result of *kind* stored for *key* by :meth:`store_derived` from this same export
+        (None when the trace has no cache entry or nothing was stored)."""
+        if self.cache_folder is None:
+            return None
+        return cache.read_derived(self.cache_folder, kind, key)
+
+    def store_derived(self, kind: str, key: dict, value: dict) -> None:
+        """Keep a JSON-able result computed from this trace beside its cached model, so the
+        next run on the unchanged export skips the computation (nothing without a cache)."""
+        if self.cache_folder is not None:
+            cache.write_derived(self.cache_folder, kind, key, value)
+
     def _check_name(self, name: str) -> None:
         if name not in MODEL_TABLES:
             raise UsageError(f"no table {name!r}; the model has: {', '.join(MODEL_TABLES)}")

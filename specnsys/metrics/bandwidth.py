@@ -204,12 +204,9 @@ def memory_bandwidth(
     reasons = []
     if caps["gpu_metrics"].available:
         # Only this source needs every GPU op with its phase (one more attribution pass).
-        ops = gpu_ops_with_phase(trace, rules=scope.rules).filter(
-            (pl.col("pid") == scope.pid)
-            & (pl.col("start") < scope.end_ns)
-            & (pl.col("end") > scope.start_ns)
-            & (pl.col("end") > pl.col("start"))
-        )
+        ops = gpu_ops_with_phase(
+            trace, rules=scope.rules, pid=scope.pid, window=(scope.start_ns, scope.end_ns)
+        ).filter(pl.col("end") > pl.col("start"))
         result, why = _from_gpu_metrics(trace, scope, ops, threshold_pct)
         if result is not None:
             return result, None

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.annotate import DOMAIN, PHASES
-from specnsys.attribution.launch import phase_lookup_sql, phase_ranges_sql, rules_for
+from specnsys.attribution.launch import rules_for
+from specnsys.attribution.phase_map import (
+    create_phase_index,
+    drop_phase_index,
+    phase_lookup_sql,
+    phase_ranges_sql,
+)
 
 if TYPE_CHECKING:
     from specnsys.attribution import PhaseBreakdown, PhaseRules
@@ -114,7 +120,12 @@ def mark_phases(trace: Trace, scope: Scope, name: str) -> pl.DataFrame:
         return pl.DataFrame(
             schema={"id": pl.Int64, "value": pl.Int64, "t": pl.Int64, "phase": pl.String}
         )
-    return trace.connection.sql(
-        f"SELECT id, value, _t AS t, phase FROM ({phase_lookup_sql(points, scope.rules)})",
-        params=prm,
-    ).pl()
+    con = trace.connection
+    index = create_phase_index(con, scope.rules)
+    try:
+        return con.sql(
+            f"SELECT id, value, _t AS t, phase FROM ({phase_lookup_sql(points, index)})",
+            params=prm,
+        ).pl()
+    finally:
+        drop_phase_index(con, index)

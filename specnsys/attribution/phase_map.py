@@ -1,0 +1,220 @@
+"""Innermost open phase range per thread, flattened once into change points (one as-of lookup).
+
+Push/pop ranges of one thread nest properly (and so does any subset of them, here the
+phase-named ones). Sweep each thread's range boundaries in time order, +1 at a start, -1 at an
+end (ends before starts at equal times: ranges are half-open ``[start, end)``; an unclosed
+range has no end event and stays open); the running sum is the *level*. For properly nested
+ranges, the innermost range open at ``t`` is the **last range started at or before t whose
+level right after its start equals the level at t**: every range started later and before
+``t`` lies inside it and has closed again.
+
+That answer only changes at a boundary, so it is computed once per boundary and stored as a
+*change point* ``(gtid, t, lvl, s, e, phase)``: after the boundaries of thread ``gtid`` at time
+``t`` the level is ``lvl`` and the innermost range is ``[s, e)`` named ``phase``. After a start
+the innermost range is the one that started; after an end at level ``L`` (``L - 1`` after it)
+it is the last start of that thread with level ``L - 1`` -- one as-of join over boundaries,
+not over the points to look up. A point ``(gtid, t)`` then takes the last change point of its
+thread at or before ``t``: a single as-of join, in Polars (:func:`lookup_phase`) or in DuckDB
+(:func:`phase_lookup_sql` over the map registered by :func:`create_phase_index`).
+
+The found range is checked to really contain ``t`` (a safety net for malformed, crossing
+ranges; a miss gives no phase). Zero-length ranges contain no instant and are ignored.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from specnsys.attribution.rules import REQUEST, PhaseRules
+
+if TYPE_CHECKING:
+    import duckdb
+
+__all__ = [
+    "PhaseIndex",
+    "create_phase_index",
+    "drop_phase_index",
+    "lookup_phase",
+    "mapped_nvtx_sql",
+    "phase_change_points",
+    "phase_lookup_sql",
+    "phase_ranges_sql",
+]
+
+_I64 = pl.Int64
+_OPEN = 9223372036854775807  # sort key of an unclosed range's end
+
+CHANGE_POINT_SCHEMA = {
+    "gtid": _I64,
+    "t": _I64,
+    "lvl": _I64,
+    "s": _I64,
+    "e": _I64,
+    "phase": pl.String,
+}
+
+
+def mapped_nvtx_sql(rules: PhaseRules) -> str:
+    """SELECT of the NVTX ranges with their mapped ``phase`` (NULL when no rule matches)."""
+    return f"""
+        SELECT id, global_tid AS gtid, pid, start AS s, "end" AS e, kind, depth,
+               {rules.phase_sql()} AS phase
+        FROM nvtx
+        WHERE kind IN ('push_pop', 'start_end') AND start IS NOT NULL
+    """
+
+
+def phase_ranges_sql(rules: PhaseRules) -> str:
+    """SELECT of the phase ranges under *rules*: mapped push/pop ranges of known threads."""
+    return f"""
+        SELECT id, gtid, pid, s, e, phase, depth
+        FROM ({mapped_nvtx_sql(rules)})
+        WHERE kind = 'push_pop' AND phase IS NOT NULL AND phase <> '{REQUEST}'
+          AND gtid IS NOT NULL AND (e IS NULL OR e > s)
+    """
+
+
+def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
+    """The change points (see the module docs) of *ranges* (columns ``id, gtid, s, e, phase,
+    depth``), sorted by ``t``; :data:`CHANGE_POINT_SCHEMA` columns."""
+    if ranges.height == 0:
+        return pl.DataFrame(schema=CHANGE_POINT_SCHEMA)
+    r = ranges.select(
+        pl.col("id").cast(_I64),
+        pl.col("gtid").cast(_I64),
+        pl.col("s").cast(_I64),
+        pl.col("e").cast(_I64),
+        pl.col("phase").cast(pl.String),
+        pl.col("depth").cast(_I64),
+    )
+    # Order of boundaries at one instant: ends before starts; starts outer first (by depth,
+    # then the later end first); ends inner first -- as a stack of properly nested ranges.
+    starts = r.select(
+        "gtid",
+        pl.col("s").alias("t"),
+        pl.lit(1, _I64).alias("d"),
+        pl.lit(1, pl.Int8).alias("is_start"),
+        pl.col("depth").alias("k1"),
+        (-pl.col("e").fill_null(_OPEN)).alias("k2"),
+        pl.col("id").alias("k3"),
+        "s",
+        "e",
+        "phase",
+    )
+    ends = r.filter(pl.col("e").is_not_null()).select(
+        "gtid",
+        pl.col("e").alias("t"),
+        pl.lit(-1, _I64).alias("d"),
+        pl.lit(0, pl.Int8).alias("is_start"),
+        (-pl.col("depth")).alias("k1"),
+        (-pl.col("s")).alias("k2"),
+        (-pl.col("id")).alias("k3"),
+        pl.lit(None, _I64).alias("s"),
+        pl.lit(None, _I64).alias("e"),
+        pl.lit(None, pl.String).alias("phase"),
+    )
+    events = (
+        pl.concat([starts, ends])
+        .sort(["gtid", "t", "is_start", "k1", "k2", "k3"], nulls_last=True)
+        .with_row_index("rn")
+        .with_columns(pl.col("d").cum_sum().over("gtid").alias("lvl"))
+        .drop("d", "k1", "k2", "k3")
+    )
+    # After an end, the innermost range is the last start of the thread with the new level.
+    start_rows = events.filter(pl.col("is_start") == 1).select("gtid", "lvl", "rn", "s", "e", "phase")
+    end_rows = events.filter(pl.col("is_start") == 0).select("gtid", "t", "lvl", "rn")
+    after_end = end_rows.join_asof(
+        start_rows, on="rn", by=["gtid", "lvl"], strategy="backward", check_sortedness=False
+    ).drop("rn_right", strict=False)
+    owners = pl.concat(
+        [
+            events.filter(pl.col("is_start") == 1).select("rn", "gtid", "t", "lvl", "s", "e", "phase"),
+            after_end.select("rn", "gtid", "t", "lvl", "s", "e", "phase"),
+        ]
+    ).sort("rn")
+    return (
+        owners.unique(subset=["gtid", "t"], keep="last", maintain_order=True)
+        .with_columns(
+            # no range open (level 0, or malformed below it): no owner
+            *(pl.when(pl.col("lvl") > 0).then(pl.col(c)).alias(c) for c in ("s", "e", "phase"))
+        )
+        .select(list(CHANGE_POINT_SCHEMA))
+        .sort("t", maintain_order=True)
+    )
+
+
+def lookup_phase(
+    points: pl.DataFrame, change_points: pl.DataFrame, *, t: str, gtid: str | None
+) -> pl.DataFrame:
+    """*points* with a ``phase`` column: the innermost phase range open on thread *gtid* at
+    time *t* (NULL when none). With ``gtid=None`` every point is looked up in *change_points*
+    as one thread (the caller has filtered them to it). Rows come back sorted by *t*; points
+    with a NULL time or thread get no phase."""
+    if "phase" in points.columns:
+        raise ValueError("points already have a phase column")
+    keyed = pl.col(t).is_not_null() if gtid is None else pl.col(t).is_not_null() & pl.col(gtid).is_not_null()
+    known = points.filter(keyed).sort(t)
+    cp = change_points.rename({"t": "_cp_t", "s": "_cp_s", "e": "_cp_e", "lvl": "_cp_lvl"})
+    if gtid is None:
+        joined = known.join_asof(
+            cp.drop("gtid"), left_on=t, right_on="_cp_t", strategy="backward",
+            check_sortedness=False,
+        )  # fmt: skip
+    else:
+        joined = known.join_asof(
+            cp.rename({"gtid": "_cp_gtid"}), left_on=t, right_on="_cp_t",
+            by_left=gtid, by_right="_cp_gtid", strategy="backward", check_sortedness=False,
+        )  # fmt: skip
+    inside = (
+        (pl.col("_cp_lvl") > 0)
+        & (pl.col("_cp_s") <= pl.col(t))
+        & (pl.col("_cp_e").is_null() | (pl.col(t) < pl.col("_cp_e")))
+    )
+    found = joined.with_columns(
+        pl.when(inside).then(pl.col("phase")).otherwise(None).alias("phase")
+    ).select(*points.columns, "phase")
+    rest = points.filter(~keyed).with_columns(pl.lit(None, pl.String).alias("phase"))
+    return pl.concat([found, rest]) if rest.height else found
+
+
+@dataclass(frozen=True)
+class PhaseIndex:
+    """The change points of one rule set, as a Polars frame and as a DuckDB relation
+    (:attr:`name`) registered on the connection, built once and read by many lookups."""
+
+    name: str
+    change_points: pl.DataFrame
+
+
+def create_phase_index(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> PhaseIndex:
+    """Build the change points of *rules* once; the caller drops them with
+    :func:`drop_phase_index`."""
+    ranges = con.sql(
+        f"SELECT id, gtid, s, e, phase, depth FROM ({phase_ranges_sql(rules)})"
+    ).pl()
+    points = phase_change_points(ranges)
+    index = PhaseIndex(f"_specnsys_phase_map_{uuid.uuid4().hex}", points)
+    con.register(index.name, points.to_arrow())
+    return index
+
+
+def drop_phase_index(con: duckdb.DuckDBPyConnection, index: PhaseIndex) -> None:
+    con.unregister(index.name)
+
+
+def phase_lookup_sql(points: str, index: PhaseIndex) -> str:
+    """SQL adding ``phase`` (innermost open phase range, NULL if none) to every row of *points*.
+
+    *points* is a SELECT with columns ``_gtid`` (thread) and ``_t`` (time) among others; the
+    result has all of its columns plus ``phase``. One ASOF LEFT JOIN keeps every row once.
+    """
+    return f"""
+    SELECT q.*,
+           CASE WHEN m.lvl > 0 AND m.s <= q._t AND (m.e IS NULL OR q._t < m.e)
+                THEN m.phase END AS phase
+    FROM ({points}) q ASOF LEFT JOIN {index.name} m ON q._gtid = m.gtid AND q._t >= m.t
+    """
