@@ -9,6 +9,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_RESOURCES = 4
 
 
 class SpecnsysError(Exception):
@@ -30,3 +32,24 @@ class UsageError(SpecnsysError):
     """The command line or an API argument is wrong (exit status 2)."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class OutOfMemoryError(SpecnsysError):
+    """The analysis needed more memory than it may use (exit status 4)."""
+
+    exit_code = EXIT_RESOURCES
+
+
+def out_of_memory(exc: BaseException) -> OutOfMemoryError:
+    """The one-line error for an allocation that failed (Python's or DuckDB's), naming the
+    limit in force and the variable that raises it."""
+    import os
+
+    limit = os.environ.get("SPECNSYS_MEMORY_LIMIT", "").strip()
+    # DuckDB appends a list of settings to try; the first sentence is the news
+    detail = " ".join(str(exc).split("Possible solutions")[0].split()) or type(exc).__name__
+    current = f"SPECNSYS_MEMORY_LIMIT={limit}" if limit else "the default limit"
+    return OutOfMemoryError(
+        f"out of memory ({detail}); with {current}: raise SPECNSYS_MEMORY_LIMIT (DuckDB syntax, "
+        "e.g. 8GB), free memory, or analyze a shorter capture"
+    )

@@ -142,3 +142,17 @@ def test_good_export_is_not_modified_by_open_and_query(tmp_path: Path) -> None:
             assert t.sql("SELECT count(*) FROM kernels").fetchall() == [(2000,)]
     assert (sha256(path), path.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.sqlite", "good.sqlite"]
+
+
+def test_out_of_memory_is_one_line_naming_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory limit too small for the work: exit 4 and the variable that raises it."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "spec_chat_c4_k4.sqlite"
+    monkeypatch.setenv("SPECNSYS_NO_CACHE", "1")
+    monkeypatch.setenv("SPECNSYS_MEMORY_LIMIT", "2MB")
+    done = run_cli("phases", str(sample))
+    assert done.returncode == 4, done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("specnsys: error: out of memory") and "SPECNSYS_MEMORY_LIMIT=2MB" in line

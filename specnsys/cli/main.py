@@ -12,10 +12,9 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from specnsys.errors import EXIT_BAD_INPUT, SpecnsysError
+import duckdb
 
-EXIT_INTERNAL = 3
-
+from specnsys.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, SpecnsysError, out_of_memory
 
 _PENDING_WARNINGS: list[str] = []
 
@@ -86,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecnsysError as exc:
         print(f"specnsys: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (MemoryError, duckdb.OutOfMemoryException) as exc:
+        err = out_of_memory(exc)
+        print(f"specnsys: error: {err}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print("specnsys: interrupted", file=sys.stderr)
         return 130
