@@ -175,10 +175,10 @@ def timeline_lanes(
     con = trace.connection
     index = create_phase_index(con, mapping)
     try:
-        runtime = attributed_runtime(trace, index, pid, names=True)
+        runtime = attributed_runtime(trace, index, pid, details=True)
 
         def ops_of(**where: Any) -> pl.DataFrame:
-            return attributed_gpu_ops(trace, index, pid=pid, names=True, runtime=runtime, **where)
+            return attributed_gpu_ops(trace, index, pid=pid, details=True, runtime=runtime, **where)
 
         return _lanes(
             trace, mapping, breakdown, ops_of, step=step, start_ns=start_ns, end_ns=end_ns,
@@ -334,7 +334,7 @@ def _lanes(
 
     gpu = ops_of(window=(ws, we)).select(
         pl.format("GPU {} · stream {}", "device_id", "stream_id").alias("lane"),
-        "op_kind",
+        pl.col("op_kind").cast(pl.String),
         pl.col("name").cast(pl.String),
         "phase",
         (pl.max_horizontal("start", pl.lit(ws)) - ws).cast(pl.Int64).alias("start_ns"),

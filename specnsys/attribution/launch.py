@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = [
+    "OP_KIND",
     "PhaseIndex",
     "UNANNOTATED",
     "UNATTRIBUTED_GPU",
@@ -55,16 +56,20 @@ UNATTRIBUTED_GPU = "unattributed_gpu"
 
 _I64 = pl.Int64
 
+#: Kinds of GPU op; an Enum column costs a byte or so per op instead of a string.
+OP_KIND = pl.Enum(["kernel", "memcpy", "memset", "graph"])
+
 
 def _ops(
     trace: Trace,
     pid: int | None,
     window: tuple[int, int] | None,
-    names: bool,
+    details: bool,
     correlation_ids: pl.Series | None = None,
 ) -> pl.LazyFrame:
     """Every GPU op (kernels, memcpy, memset, whole-graph replays) of *pid* overlapping
-    *window* (and with one of *correlation_ids*), with the filters pushed into the scans."""
+    *window* (and with one of *correlation_ids*), with the filters pushed into the scans.
+    Without *details* only what attribution needs is read (kind, times, ids)."""
 
     def part(table: str, kind: str, name: pl.Expr) -> pl.LazyFrame:
         frame = trace.table(table)
@@ -75,12 +80,11 @@ def _ops(
         if correlation_ids is not None:
             frame = frame.filter(pl.col("correlation_id").is_in(correlation_ids.implode()))
         cols = [
-            pl.lit(kind).alias("op_kind"),
-            *(pl.col(c).cast(_I64) for c in ("start", "end", "device_id", "stream_id")),
-            pl.col("correlation_id").cast(_I64),
-            pl.col("pid").cast(_I64),
+            pl.lit(kind, OP_KIND).alias("op_kind"),
+            *(pl.col(c).cast(_I64) for c in ("start", "end", "correlation_id", "pid")),
         ]
-        if names:
+        if details:
+            cols += [pl.col(c).cast(_I64) for c in ("device_id", "stream_id")]
             cols.append(name.cast(pl.String).alias("name"))
         return frame.select(cols)
 
@@ -95,14 +99,14 @@ def _ops(
 
 
 def attributed_runtime(
-    trace: Trace, index: PhaseIndex, pid: int | None = None, *, names: bool = False
+    trace: Trace, index: PhaseIndex, pid: int | None = None, *, details: bool = False
 ) -> pl.DataFrame:
     """CUDA runtime calls (``event_class`` 0/1, no backtrace rows) of *pid* (every process when
     None) with a correlation id or a name containing "launch", each with ``phase``: the
     innermost phase range open on its thread when it started (NULL outside every range).
 
-    Columns: ``rt_pid, rt_corr, api_start, api_end, api_tid, api_global_tid, is_launch,
-    phase`` (plus ``api_name`` with *names*), sorted by ``api_start``.
+    Columns: ``rt_pid, rt_corr, api_start, api_end, api_global_tid, is_launch, phase`` (plus
+    ``api_tid`` and ``api_name`` with *details*), sorted by ``api_start``.
     """
     frame = trace.table("runtime").filter(
         pl.col("event_class").is_in([0, 1]) & ~pl.col("is_backtrace").fill_null(False)
@@ -115,12 +119,11 @@ def attributed_runtime(
         pl.col("correlation_id").cast(_I64).alias("rt_corr"),
         pl.col("start").cast(_I64).alias("api_start"),
         pl.col("end").cast(_I64).alias("api_end"),
-        pl.col("tid").cast(_I64).alias("api_tid"),
         pl.col("global_tid").cast(_I64).alias("api_global_tid"),
         is_launch.alias("is_launch"),
     ]
-    if names:
-        cols.append(pl.col("name").alias("api_name"))
+    if details:
+        cols += [pl.col("tid").cast(_I64).alias("api_tid"), pl.col("name").alias("api_name")]
     calls = (
         frame.select(cols)
         .filter(pl.col("rt_corr").is_not_null() | pl.col("is_launch"))
@@ -135,7 +138,7 @@ def attributed_gpu_ops(
     *,
     pid: int | None = None,
     window: tuple[int, int] | None = None,
-    names: bool = False,
+    details: bool = False,
     runtime: pl.DataFrame | None = None,
     launched_between: tuple[int, int] | None = None,
 ) -> pl.DataFrame:
@@ -148,15 +151,20 @@ def attributed_gpu_ops(
     correlation_id)`` (the earliest), so every op appears exactly once.
     """
     if runtime is None:
-        runtime = attributed_runtime(trace, index, pid, names=names)
+        runtime = attributed_runtime(trace, index, pid, details=details)
     calls = runtime.filter(pl.col("rt_corr").is_not_null()).drop("is_launch")
     wanted = None
     if launched_between is not None:
         a, b = launched_between
         calls = calls.filter((pl.col("api_start") >= a) & (pl.col("api_start") < b))
         wanted = calls["rt_corr"].unique()
-    ops = _ops(trace, pid, window, names, wanted).collect()
-    keys = {"left_on": ["pid", "correlation_id"], "right_on": ["rt_pid", "rt_corr"]}
+    ops = _ops(trace, pid, window, details, wanted).collect()
+    # one process: its ids alone are the key (a one-column hash join is much cheaper)
+    keys = (
+        {"left_on": ["correlation_id"], "right_on": ["rt_corr"]}
+        if pid is not None
+        else {"left_on": ["pid", "correlation_id"], "right_on": ["rt_pid", "rt_corr"]}
+    )
     joined = ops.join(calls, how="left", **keys, maintain_order="left")
     if joined.height != ops.height:  # a correlation id with several calls: keep the first
         calls = calls.sort(["api_start", "api_end", "api_global_tid"]).unique(
@@ -200,10 +208,10 @@ def gpu_ops_with_phase(
     con = trace.connection
     index = create_phase_index(con, mapping)
     try:
-        ops = attributed_gpu_ops(trace, index, pid=pid, window=window, names=True)
+        ops = attributed_gpu_ops(trace, index, pid=pid, window=window, details=True)
     finally:
         drop_phase_index(con, index)
-    return ops.select(
+    return ops.with_columns(pl.col("op_kind").cast(pl.String)).select(
         "op_kind", "start", "end", "device_id", "stream_id", "correlation_id", "pid", "name",
         "api_start", "api_end", "api_name", "api_tid", "api_global_tid", "phase",
     ).sort(["start", "end", "op_kind", "correlation_id"], nulls_last=True)  # fmt: skip

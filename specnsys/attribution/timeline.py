@@ -35,6 +35,7 @@ import polars as pl
 from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import (
+    OP_KIND,
     UNANNOTATED,
     UNATTRIBUTED_GPU,
     attributed_gpu_ops,
@@ -301,13 +302,20 @@ def _breakdown(
     )
 
     # Launch attribution for this process only: its runtime calls get a phase once, and serve
-    # both the ops' phases and the launch counts.
-    runtime = attributed_runtime(trace, index, pid) if pid is not None else None
-    ops = (
-        attributed_gpu_ops(trace, index, pid=pid, runtime=runtime)
-        if runtime is not None
-        else pl.DataFrame(schema={"op_kind": pl.String, "start": _I64, "end": _I64, "phase": pl.String})
-    )
+    # both the launch counts and the ops' phases (then they are dropped, before the sweep).
+    launches = pl.DataFrame(schema={"phase": pl.String, "launches": _I64})
+    ops = pl.DataFrame(schema={"op_kind": OP_KIND, "start": _I64, "end": _I64, "phase": pl.String})
+    if pid is not None:
+        runtime = attributed_runtime(trace, index, pid)
+        launches = (
+            runtime.filter(
+                pl.col("is_launch") & (pl.col("api_start") >= ws) & (pl.col("api_start") < we)
+            )
+            .group_by(pl.col("phase").fill_null(UNANNOTATED))
+            .agg(pl.len().cast(_I64).alias("launches"))
+        )
+        ops = attributed_gpu_ops(trace, index, pid=pid, runtime=runtime)
+        del runtime
     has_unattributed = bool(ops.select((pl.col("phase") == UNATTRIBUTED_GPU).any()).item())
     mine = ops.filter(
         (pl.col("start") < we) & (pl.col("end") > ws) & (pl.col("end") > pl.col("start"))
@@ -352,17 +360,6 @@ def _breakdown(
         )
     )
     del segments
-    if runtime is not None:
-        launches = (
-            runtime.filter(
-                pl.col("is_launch") & (pl.col("api_start") >= ws) & (pl.col("api_start") < we)
-            )
-            .group_by(pl.col("phase").fill_null(UNANNOTATED))
-            .agg(pl.len().cast(_I64).alias("launches"))
-        )
-    else:
-        launches = pl.DataFrame(schema={"phase": pl.String, "launches": _I64})
-    del runtime
 
     parts = (gpu, cpu, inclusive.drop("unclosed"), launches, kernels)
     frame = pl.DataFrame(
