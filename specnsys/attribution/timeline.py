@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from specnsys import __version__
 from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import (
@@ -259,7 +260,13 @@ def exclusive_phase_times(
     mapping = rules_for(phases, domain, rules)
     # A breakdown is a pure function of the export, the rules and pid: kept beside the cached
     # model, a second analysis of the same unchanged export reads it back (the warm path).
-    key = {"version": TIMELINE_VERSION, "rules": repr(mapping), "pid": pid}
+    # the package version is in the key too: an upgrade never reads an older release's result
+    key = {
+        "version": TIMELINE_VERSION,
+        "specnsys": __version__,
+        "rules": repr(mapping),
+        "pid": pid,
+    }
     stored = trace.load_derived("phase_breakdown", key)
     if stored is not None:
         return PhaseBreakdown.from_dict(stored)
