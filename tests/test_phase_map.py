@@ -77,6 +77,8 @@ def test_polars_islands_equal_the_sql_islands(intervals) -> None:
         orient="row",
     )
     ours = sorted(islands_frame(frame, "k").iter_rows())
+    coded = islands_frame(frame.with_columns(pl.col("k").cast(pl.Categorical)), "k")
+    assert sorted(coded.with_columns(pl.col("k").cast(pl.String)).iter_rows()) == ours
     con = duckdb.connect()
     con.register("src", frame.to_arrow())
     theirs = sorted(con.execute(islands_sql("src", "k")).fetchall())

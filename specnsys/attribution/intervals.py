@@ -41,7 +41,10 @@ def islands_frame(frame: pl.DataFrame, key: str) -> pl.DataFrame:
     millions of intervals (the running max is a sorted scan, not a framed window)."""
     if frame.height == 0:
         return pl.DataFrame(schema={key: frame.schema[key], "a": pl.Int64, "b": pl.Int64})
-    ordered = frame.select(key, "s", "e").sort([key, "s", "e"])
+    sort_key = pl.col(key)
+    if isinstance(frame.schema[key], pl.Categorical):
+        sort_key = sort_key.to_physical()  # any order of keys will do; codes sort fastest
+    ordered = frame.select(key, "s", "e").sort([sort_key, "s", "e"])
     # An interval opens an island when it starts after every earlier one of its key ended; an
     # island ends at the row before the next opening (or its key's last row), where the
     # running max of ``e`` is the island's end. Filters on a sorted frame, no group-by.

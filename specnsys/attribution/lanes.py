@@ -336,7 +336,7 @@ def _lanes(
         pl.format("GPU {} · stream {}", "device_id", "stream_id").alias("lane"),
         pl.col("op_kind").cast(pl.String),
         pl.col("name").cast(pl.String),
-        "phase",
+        pl.col("phase").cast(pl.String),
         (pl.max_horizontal("start", pl.lit(ws)) - ws).cast(pl.Int64).alias("start_ns"),
         (pl.min_horizontal("end", pl.lit(we)) - ws).cast(pl.Int64).alias("end_ns"),
     )

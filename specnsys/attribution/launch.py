@@ -211,7 +211,7 @@ def gpu_ops_with_phase(
         ops = attributed_gpu_ops(trace, index, pid=pid, window=window, details=True)
     finally:
         drop_phase_index(con, index)
-    return ops.with_columns(pl.col("op_kind").cast(pl.String)).select(
+    return ops.with_columns(pl.col("op_kind", "phase").cast(pl.String)).select(
         "op_kind", "start", "end", "device_id", "stream_id", "correlation_id", "pid", "name",
         "api_start", "api_end", "api_name", "api_tid", "api_global_tid", "phase",
     ).sort(["start", "end", "op_kind", "correlation_id"], nulls_last=True)  # fmt: skip

@@ -54,7 +54,7 @@ CHANGE_POINT_SCHEMA = {
     "lvl": _I64,
     "s": _I64,
     "e": _I64,
-    "phase": pl.String,
+    "phase": pl.Categorical,
 }
 
 
@@ -88,7 +88,8 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
         pl.col("gtid").cast(_I64),
         pl.col("s").cast(_I64),
         pl.col("e").cast(_I64),
-        pl.col("phase").cast(pl.String),
+        # a code per row rather than a string: cheap to copy through joins, sort and group
+        pl.col("phase").cast(pl.Categorical),
         pl.col("depth").cast(_I64),
     )
     # Order of boundaries at one instant: ends before starts; starts outer first (by depth,
@@ -115,7 +116,7 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
         (-pl.col("id")).alias("k3"),
         pl.lit(None, _I64).alias("s"),
         pl.lit(None, _I64).alias("e"),
-        pl.lit(None, pl.String).alias("phase"),
+        pl.lit(None, pl.Categorical).alias("phase"),
     )
     events = (
         pl.concat([starts, ends])
@@ -150,7 +151,7 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
 def lookup_phase(
     points: pl.DataFrame, change_points: pl.DataFrame, *, t: str, gtid: str | None
 ) -> pl.DataFrame:
-    """*points* with a ``phase`` column: the innermost phase range open on thread *gtid* at
+    """*points* with a ``phase`` column (Categorical): the innermost phase range open on thread *gtid* at
     time *t* (NULL when none). With ``gtid=None`` every point is looked up in *change_points*
     as one thread (the caller has filtered them to it). Rows come back sorted by *t*; points
     with a NULL time or thread get no phase."""
@@ -177,7 +178,7 @@ def lookup_phase(
     found = joined.with_columns(
         pl.when(inside).then(pl.col("phase")).otherwise(None).alias("phase")
     ).select(*points.columns, "phase")
-    rest = points.filter(~keyed).with_columns(pl.lit(None, pl.String).alias("phase"))
+    rest = points.filter(~keyed).with_columns(pl.lit(None, pl.Categorical).alias("phase"))
     return pl.concat([found, rest]) if rest.height else found
 
 
@@ -198,7 +199,7 @@ def create_phase_index(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> Pha
     ).pl()
     points = phase_change_points(ranges)
     index = PhaseIndex(f"_specnsys_phase_map_{uuid.uuid4().hex}", points)
-    con.register(index.name, points.to_arrow())
+    con.register(index.name, points.with_columns(pl.col("phase").cast(pl.String)).to_arrow())
     return index
 
 

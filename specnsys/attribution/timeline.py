@@ -206,6 +206,11 @@ def _gpu_shares(islands: pl.DataFrame, segments: pl.DataFrame) -> dict[str, Frac
     """Each phase's exact share of GPU-busy time: ``sum over n of S_n / n`` (module docs)."""
     if islands.height == 0:
         return {}
+    if int(segments["n"].max()) <= 1:  # type: ignore[arg-type]
+        # No two phases ever overlap on the GPU (the usual single-stream loop): every island
+        # segment has n = 1, so each phase's share is exactly its busy time.
+        busy = islands.group_by("phase").agg((pl.col("b") - pl.col("a")).sum())
+        return {p: Fraction(int(v)) for p, v in busy.iter_rows() if v}
     seg_t = segments["t"]
     at = islands.select(
         "phase",
@@ -311,7 +316,9 @@ def _breakdown(
     # Launch attribution for this process only: its runtime calls get a phase once, and serve
     # both the launch counts and the ops' phases (then they are dropped, before the sweep).
     launches = pl.DataFrame(schema={"phase": pl.String, "launches": _I64})
-    ops = pl.DataFrame(schema={"op_kind": OP_KIND, "start": _I64, "end": _I64, "phase": pl.String})
+    ops = pl.DataFrame(
+        schema={"op_kind": OP_KIND, "start": _I64, "end": _I64, "phase": pl.Categorical}
+    )
     if pid is not None:
         runtime = attributed_runtime(trace, index, pid)
         launches = (
@@ -368,6 +375,9 @@ def _breakdown(
     )
     del segments
 
+    gpu, cpu, launches, kernels = (
+        part.with_columns(pl.col("phase").cast(pl.String)) for part in (gpu, cpu, launches, kernels)
+    )
     parts = (gpu, cpu, inclusive.drop("unclosed"), launches, kernels)
     frame = pl.DataFrame(
         {"phase": _phase_order(mapping, parts, has_unattributed)},
