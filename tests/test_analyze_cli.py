@@ -216,3 +216,25 @@ def test_whatif_from_measured_traces(capsys) -> None:
     assert doc["e2e_speedup"] == pytest.approx(amdahl_speedup(doc["p"], doc["expected_speedup"]))
     code, out, _ = cli(capsys, "whatif", "--json", "--alpha", "0.5", str(SPEC))
     assert json.loads(out)["alpha"] == 0.5  # a flag overrides the measured value
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_warm_analysis_reads_back_exactly_what_the_cold_one_computed(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second analysis of an unchanged export reads the stored result (computing nothing)
+    and gives the very same JSON; other rules compute afresh."""
+    import specnsys
+    from specnsys.metrics import analysis, analyze_trace
+
+    with specnsys.open(path) as trace:
+        cold = analyze_trace(trace).to_dict()
+
+    def fail(*args: object, **kw: object) -> None:
+        raise AssertionError("recomputed although the analysis was stored")
+
+    with specnsys.open(path) as trace, monkeypatch.context() as m:
+        m.setattr(analysis, "_analyze", fail)
+        assert json.dumps(analyze_trace(trace).to_dict()) == json.dumps(cold)
+        with pytest.raises(AssertionError, match="recomputed"):
+            analyze_trace(trace, rules="nvtx")

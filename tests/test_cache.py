@@ -90,3 +90,27 @@ def test_concurrent_opens_of_one_trace_both_succeed(tmp_path: Path) -> None:
     for th in threads:
         th.join()
     assert not errors and results == [300, 300, 300]
+
+
+def test_data_warnings_are_kept_beside_the_cached_model(tmp_path: Path) -> None:
+    """The quality checks scan every big table: the second command on the unchanged export
+    reads their notes back (the same notes), a changed export is checked afresh."""
+    from specnsys.ingest.quality import data_warnings
+
+    b = NsysExportBuilder()
+    b.thread(1, 1, "main")
+    b.runtime(0, 5, "cudaLaunchKernel_v7000", 78)
+    b.kernel(6, 9, "launched", 78)
+    b.kernel(30, 90, "orphan", 77)  # no runtime row launched it: a note
+    path = b.write(tmp_path / "a.sqlite")
+    with specnsys.open(path) as cold:
+        notes = data_warnings(cold)
+        assert any("launch" in n for n in notes), notes
+        assert list((cold.cache_folder / "derived").glob("data_warnings-*.json"))
+    with specnsys.open(path) as warm:
+        warm._con.close()  # a recomputation would need the connection
+        assert data_warnings(warm) == notes
+    b.runtime(10, 20, "cudaLaunchKernel_v7000", 77)
+    b.write(path)
+    with specnsys.open(path) as changed:
+        assert not any("launch" in n for n in data_warnings(changed))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
+from specnsys import __version__
 from specnsys.errors import BadInputError, SpecnsysError
 from specnsys.ingest.cache import SpecnsysWarning
 from specnsys.ingest.sqlite_reader import SqliteExport
@@ -114,14 +115,28 @@ def require_plausible_times(summary: TraceSummary, path: Path) -> None:
         )
 
 
+#: Version of the checks, part of the key of the notes kept in the trace cache: bump it when
+#: a check is added or changed.
+QUALITY_VERSION = 1
+
+
 def data_warnings(trace: Trace) -> list[str]:
-    """One sentence per kind of malformed row found in *trace* (empty for a clean export)."""
+    """One sentence per kind of malformed row found in *trace* (empty for a clean export).
+
+    The checks scan every big table (a second on millions of rows), so their notes are kept
+    beside the cached model and read back by the next command on the unchanged export."""
+    key = {"version": QUALITY_VERSION, "specnsys": __version__}
+    stored = trace.load_derived("data_warnings", key)
+    if stored is not None:
+        return list(stored["notes"])
     selects = ", ".join(f"({sql}) AS {name}" for name, (sql, _) in _CHECKS.items())
     counts = trace.connection.execute(f"SELECT {selects}").fetchall()[0]
     found = [
         text.format(n=n) for (_, (_, text)), n in zip(_CHECKS.items(), counts, strict=True) if n
     ]
-    return _export_warnings(trace) + found
+    notes = _export_warnings(trace) + found
+    trace.store_derived("data_warnings", key, {"notes": notes})
+    return notes
 
 
 def warn_skipped(notes: list[str], path: object) -> None:

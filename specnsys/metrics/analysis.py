@@ -16,10 +16,12 @@ What the trace cannot support is null in the numbers and explained in ``not_avai
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from specnsys import __version__
 from specnsys.attribution import UNANNOTATED, exclusive_phase_times
+from specnsys.attribution.timeline import TIMELINE_VERSION, PhaseBreakdown
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
 from specnsys.metrics.acceptance import acceptance_stats
@@ -29,7 +31,6 @@ from specnsys.metrics.memory import device_memory
 from specnsys.metrics.requests import distribution, request_latencies
 
 if TYPE_CHECKING:
-    from specnsys.attribution import PhaseBreakdown
     from specnsys.ingest import Trace
 
 __all__ = ["ACCELERABLE", "Analysis", "analyze_trace", "detect_mode"]
@@ -38,6 +39,10 @@ ACCELERABLE: tuple[str, ...] = ("forward", "draft", "verify")
 """Phases speculative decoding replaces: ``forward`` (baseline) by ``draft`` + ``verify``."""
 
 SAMPLER = "sample"
+
+#: Version of the metrics' definitions, part of the key of analyses kept in the trace cache:
+#: bump it whenever a change here would give a different result.
+ANALYSIS_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -194,7 +199,31 @@ def analyze_trace(
     kwargs: dict[str, Any] = {"pid": pid}
     if rules is not None:  # resolved once: a TOML file is parsed and checked a single time
         kwargs["rules"] = mapping
-    b = exclusive_phase_times(trace, **kwargs)
+    # The result is a pure function of the export, the rules and pid: kept beside the cached
+    # model, the next analysis of the unchanged export reads it back (errors are not kept).
+    key = {
+        "version": ANALYSIS_VERSION,
+        "timeline": TIMELINE_VERSION,
+        "specnsys": __version__,
+        "rules": repr(mapping),
+        "explicit_rules": rules is not None,
+        "pid": pid,
+    }
+    stored = trace.load_derived("analysis", key)
+    b = exclusive_phase_times(trace, **kwargs)  # itself read back when stored
+    if stored is not None:
+        return Analysis(**{**stored, "path": path}, breakdown=b)
+    result = _analyze(trace, b, mapping, path, pid)
+    trace.store_derived(
+        "analysis", key, {f: getattr(result, f) for f in _STORED_FIELDS if f != "path"}
+    )
+    return result
+
+
+def _analyze(
+    trace: Trace, b: PhaseBreakdown, mapping: Any, path: str | None, pid: int | None
+) -> Analysis:
+    caps = trace.summary.capabilities
     if b.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
         raise BadInputError(f"{path}: nothing to analyze ({who} no phase ranges or GPU work)")
@@ -335,6 +364,10 @@ def analyze_trace(
         warnings=warnings,
         breakdown=b,
     )
+
+
+#: Fields of :class:`Analysis` kept in the trace cache (all but the breakdown, kept on its own).
+_STORED_FIELDS = tuple(f.name for f in fields(Analysis) if f.name != "breakdown")
 
 
 def _count_tokens(tok: Any, lat: Any, na: dict[str, str], warnings: list[str]) -> int | None:
