@@ -207,6 +207,27 @@ def test_kernel_without_runtime_row_is_unattributed_gpu(tmp_path: Path) -> None:
     assert pb.frame["phase"].to_list()[-1] == "unattributed_gpu"
 
 
+def test_shared_correlation_id_goes_to_the_earliest_call(tmp_path: Path) -> None:
+    """Two API calls of one process with one correlation id (a malformed export): the op
+    belongs to the earlier call, once, in both the full and the lean attribution paths."""
+    b = _builder()
+    _request(b, 0, 100)
+    _pp(b, 0, 50, "draft")
+    _pp(b, 50, 100, "verify")
+    b.runtime(60, 62, "cudaLaunchKernel", 5)  # later, in verify (written first)
+    b.runtime(10, 12, "cudaLaunchKernel", 5)  # earlier, in draft
+    b.kernel(70, 90, "k", 5)
+    with _open(b, tmp_path) as t:
+        ops = gpu_ops_with_phase(t)
+        pb = exclusive_phase_times(t)
+    assert ops.height == 1 and ops["phase"].to_list() == ["draft"]
+    assert ops["api_start"].to_list() == [10]
+    rows = _by_phase(pb)
+    assert rows["draft"]["kernels"] == 1 and rows["draft"]["gpu_busy_ns"] == 20
+    assert rows["verify"]["kernels"] == 0 and rows["verify"]["launches"] == 1
+    _check_invariants(pb)
+
+
 def test_backtrace_duplicate_runtime_row_does_not_double_count(tmp_path: Path) -> None:
     b = _builder()
     _request(b, 0, 100)

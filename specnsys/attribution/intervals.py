@@ -33,27 +33,33 @@ def islands_sql(source: str, key: str) -> str:
     """
 
 
-def islands_frame(frame: pl.DataFrame, key: str) -> pl.DataFrame:
+def islands_frame(frame: pl.DataFrame | pl.LazyFrame, key: str) -> pl.DataFrame:
     """Polars twin of :func:`islands_sql` for a materialized frame: per *key*, the intervals
     ``[s, e)`` merged into disjoint islands ``a, b`` (touching intervals merge).
 
     One sort and two running aggregates; far faster than SQL window functions on tens of
-    millions of intervals (the running max is a sorted scan, not a framed window)."""
-    if frame.height == 0:
-        return pl.DataFrame(schema={key: frame.schema[key], "a": pl.Int64, "b": pl.Int64})
+    millions of intervals (the running max is a sorted scan, not a framed window). A LazyFrame
+    is read within the same plan (e.g. a filter and clip of a bigger frame)."""
+    key_type = frame.lazy().collect_schema()[key]
     sort_key = pl.col(key)
-    if isinstance(frame.schema[key], pl.Categorical):
+    if isinstance(key_type, pl.Categorical):
         sort_key = sort_key.to_physical()  # any order of keys will do; codes sort fastest
-    ordered = frame.select(key, "s", "e").sort([sort_key, "s", "e"])
     # An interval opens an island when it starts after every earlier one of its key ended; an
     # island ends at the row before the next opening (or its key's last row), where the
-    # running max of ``e`` is the island's end. Filters on a sorted frame, no group-by.
+    # running max of ``e`` is the island's end, and its start is the opening row's ``s``
+    # (carried forward). One lazy plan over the sorted rows: no group-by, no second copy.
     running = pl.col("e").cum_max().over(key)
     opens = (pl.col("_prev").is_null() | (pl.col("s") > pl.col("_prev"))).alias("_opens")
-    marked = ordered.with_columns(running.alias("_run")).with_columns(
-        pl.col("_run").shift(1).over(key).alias("_prev")
-    ).with_columns(opens)
     closes = pl.col("_opens").shift(-1).over(key).fill_null(True)
-    starts = marked.filter(pl.col("_opens")).select(key, pl.col("s").alias("a"))
-    ends = marked.filter(closes).select(pl.col("_run").alias("b"))
-    return pl.concat([starts, ends], how="horizontal")
+    return (
+        frame.lazy()
+        .select(key, "s", "e")
+        .sort([sort_key, "s", "e"])
+        .with_columns(running.alias("_run"))
+        .with_columns(pl.col("_run").shift(1).over(key).alias("_prev"))
+        .with_columns(opens)
+        .with_columns(pl.when("_opens").then(pl.col("s")).forward_fill().alias("a"))
+        .filter(closes)
+        .select(key, "a", pl.col("_run").alias("b"))
+        .collect()
+    )

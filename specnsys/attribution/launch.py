@@ -106,7 +106,9 @@ def attributed_runtime(
     innermost phase range open on its thread when it started (NULL outside every range).
 
     Columns: ``rt_pid, rt_corr, api_start, api_end, api_global_tid, is_launch, phase`` (plus
-    ``api_tid`` and ``api_name`` with *details*), sorted by ``api_start``.
+    ``api_tid`` and ``api_name`` with *details*), sorted by ``api_start``. Without *details*
+    only ``rt_corr, api_start, is_launch, phase`` (and ``rt_pid`` when *pid* is None) are
+    kept: on tens of millions of calls every column counts.
     """
     frame = trace.table("runtime").filter(
         pl.col("event_class").is_in([0, 1]) & ~pl.col("is_backtrace").fill_null(False)
@@ -124,12 +126,12 @@ def attributed_runtime(
     ]
     if details:
         cols += [pl.col("tid").cast(_I64).alias("api_tid"), pl.col("name").alias("api_name")]
-    calls = (
-        frame.select(cols)
-        .filter(pl.col("rt_corr").is_not_null() | pl.col("is_launch"))
-        .collect()
-    )
-    return lookup_phase(calls, index.change_points, t="api_start", gtid="api_global_tid")
+    calls = frame.select(cols).filter(pl.col("rt_corr").is_not_null() | pl.col("is_launch"))
+    keep = [c.meta.output_name() for c in cols]
+    if not details:
+        dropped = {"api_end", "api_global_tid", *(["rt_pid"] if pid is not None else [])}
+        keep = [c for c in keep if c not in dropped]
+    return lookup_phase(calls, index.change_points, t="api_start", gtid="api_global_tid", keep=keep)
 
 
 def attributed_gpu_ops(
@@ -145,6 +147,7 @@ def attributed_gpu_ops(
     """GPU ops of *pid* (every process when None) overlapping *window* ``(start, end)`` ns
     (all when None), each with its launching call and ``phase`` (see :func:`gpu_ops_with_phase`).
 
+    Without *details* only ``op_kind, start, end, phase`` come back (what the timeline needs).
     *runtime* is :func:`attributed_runtime`'s frame for the same *pid* when the caller has it
     (it is reused, not recomputed). With *launched_between* ``(a, b)`` only ops whose launching
     call started in ``[a, b)`` are read. One launching call is taken per ``(pid,
@@ -158,24 +161,39 @@ def attributed_gpu_ops(
         a, b = launched_between
         calls = calls.filter((pl.col("api_start") >= a) & (pl.col("api_start") < b))
         wanted = calls["rt_corr"].unique()
-    ops = _ops(trace, pid, window, details, wanted).collect()
     # one process: its ids alone are the key (a one-column hash join is much cheaper)
     keys = (
         {"left_on": ["correlation_id"], "right_on": ["rt_corr"]}
         if pid is not None
         else {"left_on": ["pid", "correlation_id"], "right_on": ["rt_pid", "rt_corr"]}
     )
-    joined = ops.join(calls, how="left", **keys, maintain_order="left")
-    if joined.height != ops.height:  # a correlation id with several calls: keep the first
+    right = keys["right_on"]
+    distinct = calls.select(pl.struct(right).n_unique() if len(right) > 1 else pl.col(right[0]).n_unique())
+    if int(distinct.item()) != calls.height:  # an id shared by several calls: the first wins
+        if "api_end" not in calls.columns:  # a lean frame: the order needs every column (rare)
+            full = attributed_runtime(trace, index, pid, details=True)
+            calls = full.filter(pl.col("rt_corr").is_not_null()).drop("is_launch")
+            if launched_between is not None:
+                a, b = launched_between
+                calls = calls.filter((pl.col("api_start") >= a) & (pl.col("api_start") < b))
         calls = calls.sort(["api_start", "api_end", "api_global_tid"]).unique(
-            subset=["rt_pid", "rt_corr"], keep="first", maintain_order=True
+            subset=right, keep="first", maintain_order=True
         )
-        joined = ops.join(calls, how="left", **keys, maintain_order="left")
-    return joined.with_columns(
-        pl.when(pl.col("api_start").is_null())
-        .then(pl.lit(UNATTRIBUTED_GPU))
-        .otherwise(pl.col("phase").fill_null(UNANNOTATED))
-        .alias("phase")
+        if not details:
+            calls = calls.select(*right, "api_start", "phase")
+    # The ops are scanned, joined and labelled in one streaming plan: the op table is never
+    # held whole beside its joined copy.
+    return (
+        _ops(trace, pid, window, details, wanted)
+        .join(calls.lazy(), how="left", **keys, maintain_order="left")
+        .with_columns(
+            pl.when(pl.col("api_start").is_null())
+            .then(pl.lit(UNATTRIBUTED_GPU, pl.Categorical))
+            .otherwise(pl.col("phase").fill_null(pl.lit(UNANNOTATED, pl.Categorical)))
+            .alias("phase")
+        )
+        .select(pl.all() if details else pl.col("op_kind", "start", "end", "phase"))
+        .collect(engine="streaming")
     )
 
 

@@ -24,6 +24,7 @@ ranges; a miss gives no phase). Zero-length ranges contain no instant and are ig
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -92,56 +93,58 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
         pl.col("phase").cast(pl.Categorical),
         pl.col("depth").cast(_I64),
     )
-    # Order of boundaries at one instant: ends before starts; starts outer first (by depth,
-    # then the later end first); ends inner first -- as a stack of properly nested ranges.
-    starts = r.select(
-        "gtid",
-        pl.col("s").alias("t"),
-        pl.lit(1, _I64).alias("d"),
-        pl.lit(1, pl.Int8).alias("is_start"),
-        pl.col("depth").alias("k1"),
-        (-pl.col("e").fill_null(_OPEN)).alias("k2"),
-        pl.col("id").alias("k3"),
-        "s",
-        "e",
-        "phase",
-    )
-    ends = r.filter(pl.col("e").is_not_null()).select(
-        "gtid",
-        pl.col("e").alias("t"),
-        pl.lit(-1, _I64).alias("d"),
-        pl.lit(0, pl.Int8).alias("is_start"),
-        (-pl.col("depth")).alias("k1"),
-        (-pl.col("s")).alias("k2"),
-        (-pl.col("id")).alias("k3"),
-        pl.lit(None, _I64).alias("s"),
-        pl.lit(None, _I64).alias("e"),
-        pl.lit(None, pl.Categorical).alias("phase"),
-    )
+    # Boundaries carry only their range's row number (ri); the sort keys are dropped as soon
+    # as the order is known, so tens of millions of ranges stay within a few narrow columns.
+    # Order at one instant: ends before starts; starts outer first (by depth, then the later
+    # end first); ends inner first -- as a stack of properly nested ranges.
+    ri = pl.int_range(pl.len(), dtype=pl.UInt32).alias("ri")
+    order = ["gtid", "t", "is_start", "k1", "k2", "k3"]
     events = (
-        pl.concat([starts, ends])
-        .sort(["gtid", "t", "is_start", "k1", "k2", "k3"], nulls_last=True)
+        pl.concat(
+            [
+                r.select(
+                    "gtid", pl.col("s").alias("t"), pl.lit(1, pl.Int8).alias("is_start"),
+                    pl.col("depth").alias("k1"), (-pl.col("e").fill_null(_OPEN)).alias("k2"),
+                    pl.col("id").alias("k3"), ri,
+                ),
+                r.select(
+                    "gtid", pl.col("e").alias("t"), pl.lit(0, pl.Int8).alias("is_start"),
+                    (-pl.col("depth")).alias("k1"), (-pl.col("s")).alias("k2"),
+                    (-pl.col("id")).alias("k3"), ri,
+                ).filter(pl.col("t").is_not_null()),
+            ]
+        )  # fmt: skip
+        .sort(order, nulls_last=True)
+        .select("gtid", "t", "is_start", "ri")
         .with_row_index("rn")
-        .with_columns(pl.col("d").cum_sum().over("gtid").alias("lvl"))
-        .drop("d", "k1", "k2", "k3")
-    )
-    # After an end, the innermost range is the last start of the thread with the new level.
-    start_rows = events.filter(pl.col("is_start") == 1).select("gtid", "lvl", "rn", "s", "e", "phase")
-    end_rows = events.filter(pl.col("is_start") == 0).select("gtid", "t", "lvl", "rn")
-    after_end = end_rows.join_asof(
-        start_rows, on="rn", by=["gtid", "lvl"], strategy="backward", check_sortedness=False
-    ).drop("rn_right", strict=False)
-    owners = pl.concat(
-        [
-            events.filter(pl.col("is_start") == 1).select("rn", "gtid", "t", "lvl", "s", "e", "phase"),
-            after_end.select("rn", "gtid", "t", "lvl", "s", "e", "phase"),
-        ]
-    ).sort("rn")
-    return (
-        owners.unique(subset=["gtid", "t"], keep="last", maintain_order=True)
         .with_columns(
-            # no range open (level 0, or malformed below it): no owner
-            *(pl.when(pl.col("lvl") > 0).then(pl.col(c)).alias(c) for c in ("s", "e", "phase"))
+            (pl.col("is_start").cast(pl.Int32) * 2 - 1).cum_sum().over("gtid").alias("lvl")
+        )
+    )
+    # The innermost range after each boundary: the last start of the thread (this one, for a
+    # start) whose level equals the level after the boundary -- one as-of join.
+    starts = events.filter(pl.col("is_start") == 1).select(
+        "gtid", "lvl", "rn", pl.col("ri").alias("owner")
+    )
+    owned = events.select("gtid", "t", "lvl", "rn").join_asof(
+        starts, on="rn", by=["gtid", "lvl"], strategy="backward", check_sortedness=False
+    )
+    del events, starts
+    # the state after an instant is the one after its last boundary
+    last = (pl.col("gtid") != pl.col("gtid").shift(-1)) | (pl.col("t") != pl.col("t").shift(-1))
+    points = owned.filter(last.fill_null(True)).with_columns(
+        # no range open (level 0, or malformed below it): no owner
+        pl.when(pl.col("lvl") > 0).then(pl.col("owner")).alias("owner")
+    )
+    owner = points["owner"]
+    return (
+        points.select(
+            "gtid",
+            "t",
+            pl.col("lvl").cast(_I64),
+            r["s"].gather(owner).alias("s"),
+            r["e"].gather(owner).alias("e"),
+            r["phase"].gather(owner).alias("phase"),
         )
         .select(list(CHANGE_POINT_SCHEMA))
         .sort("t", maintain_order=True)
@@ -149,62 +152,83 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
 
 
 def lookup_phase(
-    points: pl.DataFrame, change_points: pl.DataFrame, *, t: str, gtid: str | None
+    points: pl.DataFrame | pl.LazyFrame,
+    change_points: pl.DataFrame,
+    *,
+    t: str,
+    gtid: str | None,
+    keep: Sequence[str] | None = None,
 ) -> pl.DataFrame:
-    """*points* with a ``phase`` column (Categorical): the innermost phase range open on thread *gtid* at
-    time *t* (NULL when none). With ``gtid=None`` every point is looked up in *change_points*
-    as one thread (the caller has filtered them to it). Rows come back sorted by *t*; points
-    with a NULL time or thread get no phase."""
-    if "phase" in points.columns:
+    """*points* with a ``phase`` column (Categorical): the innermost phase range open on thread
+    *gtid* at time *t* (NULL when none). With ``gtid=None`` every point is looked up in
+    *change_points* as one thread (the caller has filtered them to it). Rows come back sorted
+    by *t*, then the points with a NULL time or thread (they get no phase). *keep* names the
+    point columns to return (default: all); a LazyFrame of points is read in the same plan,
+    so the points are never held twice.
+    """
+    lazy = points.lazy()
+    names = lazy.collect_schema().names()
+    if "phase" in names:
         raise ValueError("points already have a phase column")
+    out = [*(keep if keep is not None else names), "phase"]
     keyed = pl.col(t).is_not_null() if gtid is None else pl.col(t).is_not_null() & pl.col(gtid).is_not_null()
-    known = points.filter(keyed).sort(t)
-    cp = change_points.rename({"t": "_cp_t", "s": "_cp_s", "e": "_cp_e", "lvl": "_cp_lvl"})
+    # Only the owner's end and phase ride along: a change point's owner always started at or
+    # before it (so by every later t), and has a phase exactly when a range is open (lvl > 0).
+    cp = change_points.lazy().select(
+        pl.col("t").alias("_cp_t"),
+        pl.col("gtid").alias("_cp_gtid"),
+        pl.col("e").fill_null(_OPEN).alias("_cp_until"),
+        "phase",
+    )
+    known = lazy.filter(keyed).sort(t)
     if gtid is None:
         joined = known.join_asof(
-            cp.drop("gtid"), left_on=t, right_on="_cp_t", strategy="backward",
+            cp.drop("_cp_gtid"), left_on=t, right_on="_cp_t", strategy="backward",
             check_sortedness=False,
         )  # fmt: skip
     else:
         joined = known.join_asof(
-            cp.rename({"gtid": "_cp_gtid"}), left_on=t, right_on="_cp_t",
-            by_left=gtid, by_right="_cp_gtid", strategy="backward", check_sortedness=False,
+            cp, left_on=t, right_on="_cp_t", by_left=gtid, by_right="_cp_gtid",
+            strategy="backward", check_sortedness=False,
         )  # fmt: skip
-    inside = (
-        (pl.col("_cp_lvl") > 0)
-        & (pl.col("_cp_s") <= pl.col(t))
-        & (pl.col("_cp_e").is_null() | (pl.col(t) < pl.col("_cp_e")))
-    )
     found = joined.with_columns(
-        pl.when(inside).then(pl.col("phase")).otherwise(None).alias("phase")
-    ).select(*points.columns, "phase")
-    rest = points.filter(~keyed).with_columns(pl.lit(None, pl.Categorical).alias("phase"))
-    return pl.concat([found, rest]) if rest.height else found
+        pl.when(pl.col(t) < pl.col("_cp_until")).then(pl.col("phase")).alias("phase")
+    ).select(out)
+    rest = lazy.filter(~keyed).with_columns(pl.lit(None, pl.Categorical).alias("phase"))
+    return pl.concat([found, rest.select(out)]).collect()
 
 
 @dataclass(frozen=True)
 class PhaseIndex:
-    """The change points of one rule set, as a Polars frame and as a DuckDB relation
-    (:attr:`name`) registered on the connection, built once and read by many lookups."""
+    """The change points of one rule set as a Polars frame, and (when built ``for_sql``) as a
+    DuckDB relation named :attr:`name` registered on the connection; built once, read by many
+    lookups."""
 
-    name: str
+    name: str | None
     change_points: pl.DataFrame
 
 
-def create_phase_index(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> PhaseIndex:
-    """Build the change points of *rules* once; the caller drops them with
+def create_phase_index(
+    con: duckdb.DuckDBPyConnection, rules: PhaseRules, *, for_sql: bool = False
+) -> PhaseIndex:
+    """Build the change points of *rules* once (registered for :func:`phase_lookup_sql` only
+    when *for_sql*: the Arrow copy costs memory on big traces); the caller drops them with
     :func:`drop_phase_index`."""
     ranges = con.sql(
         f"SELECT id, gtid, s, e, phase, depth FROM ({phase_ranges_sql(rules)})"
     ).pl()
     points = phase_change_points(ranges)
+    del ranges
+    if not for_sql:
+        return PhaseIndex(None, points)
     index = PhaseIndex(f"_specnsys_phase_map_{uuid.uuid4().hex}", points)
     con.register(index.name, points.with_columns(pl.col("phase").cast(pl.String)).to_arrow())
     return index
 
 
 def drop_phase_index(con: duckdb.DuckDBPyConnection, index: PhaseIndex) -> None:
-    con.unregister(index.name)
+    if index.name is not None:
+        con.unregister(index.name)
 
 
 def phase_lookup_sql(points: str, index: PhaseIndex) -> str:
@@ -212,7 +236,10 @@ def phase_lookup_sql(points: str, index: PhaseIndex) -> str:
 
     *points* is a SELECT with columns ``_gtid`` (thread) and ``_t`` (time) among others; the
     result has all of its columns plus ``phase``. One ASOF LEFT JOIN keeps every row once.
+    *index* must have been built ``for_sql``.
     """
+    if index.name is None:
+        raise ValueError("phase_lookup_sql needs an index built with for_sql=True")
     return f"""
     SELECT q.*,
            CASE WHEN m.lvl > 0 AND m.s <= q._t AND (m.e IS NULL OR q._t < m.e)

@@ -185,20 +185,24 @@ def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]
 def _segments(islands: pl.DataFrame, cpu_ranges: pl.DataFrame, ws: int, we: int) -> pl.DataFrame:
     """Elementary segments ``[t, t + len)`` between all boundaries, sorted by ``t``, with
     ``n`` (GPU phases running); see the module docs."""
+    one = pl.Int8  # +1/-1/0 per boundary: a byte, not eight, on tens of millions of rows
     bounds = pl.concat(
         [
-            islands.select(pl.col("a").alias("t"), pl.lit(1, _I64).alias("d")),
-            islands.select(pl.col("b").alias("t"), pl.lit(-1, _I64).alias("d")),
-            cpu_ranges.select(pl.col("s").alias("t"), pl.lit(0, _I64).alias("d")),
-            cpu_ranges.select(pl.col("e").alias("t"), pl.lit(0, _I64).alias("d")),
-            pl.DataFrame({"t": [ws, we], "d": [0, 0]}, schema={"t": _I64, "d": _I64}),
+            islands.lazy().select(pl.col("a").alias("t"), pl.lit(1, one).alias("d")),
+            islands.lazy().select(pl.col("b").alias("t"), pl.lit(-1, one).alias("d")),
+            cpu_ranges.lazy().select(pl.col("s").alias("t"), pl.lit(0, one).alias("d")),
+            cpu_ranges.lazy().select(pl.col("e").alias("t"), pl.lit(0, one).alias("d")),
+            pl.LazyFrame({"t": [ws, we], "d": [0, 0]}, schema={"t": _I64, "d": one}),
         ]
     )
     # Sorted once; the running count after the last boundary of each instant is its n.
-    swept = bounds.sort("t").with_columns(pl.col("d").cum_sum().alias("n"))
     last_of_instant = (pl.col("t") != pl.col("t").shift(-1)).fill_null(True)
-    return swept.filter(last_of_instant).select(
-        "t", "n", (pl.col("t").shift(-1) - pl.col("t")).fill_null(0).alias("len")
+    return (
+        bounds.sort("t")
+        .with_columns(pl.col("d").cast(pl.Int32).cum_sum().alias("n"))
+        .filter(last_of_instant)
+        .select("t", "n", (pl.col("t").shift(-1) - pl.col("t")).fill_null(0).alias("len"))
+        .collect()
     )
 
 
@@ -331,22 +335,22 @@ def _breakdown(
         ops = attributed_gpu_ops(trace, index, pid=pid, runtime=runtime)
         del runtime
     has_unattributed = bool(ops.select((pl.col("phase") == UNATTRIBUTED_GPU).any()).item())
-    mine = ops.filter(
-        (pl.col("start") < we) & (pl.col("end") > ws) & (pl.col("end") > pl.col("start"))
-    ).select(
-        "op_kind",
+    in_window = (pl.col("start") < we) & (pl.col("end") > ws) & (pl.col("end") > pl.col("start"))
+    kernels = (
+        ops.lazy()
+        .filter(in_window & (pl.col("op_kind") == "kernel"))
+        .group_by("phase")
+        .agg(pl.len().cast(_I64).alias("kernels"))
+        .collect()
+    )
+    # clipped to the window inside the islands' own plan: no second copy of the ops
+    mine = ops.lazy().filter(in_window).select(
         "phase",
         pl.max_horizontal("start", pl.lit(ws, _I64)).alias("s"),
         pl.min_horizontal("end", pl.lit(we, _I64)).alias("e"),
     )
-    del ops
-    kernels = (
-        mine.filter(pl.col("op_kind") == "kernel")
-        .group_by("phase")
-        .agg(pl.len().cast(_I64).alias("kernels"))
-    )
     islands = islands_frame(mine, "phase")
-    del mine
+    del ops, mine
     segments = _segments(islands, cpu_ranges, ws, we)
     gpu_union = int(segments.filter(pl.col("n") > 0)["len"].sum())
     shares = _gpu_shares(islands, segments)

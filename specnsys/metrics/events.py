@@ -121,7 +121,7 @@ def mark_phases(trace: Trace, scope: Scope, name: str) -> pl.DataFrame:
             schema={"id": pl.Int64, "value": pl.Int64, "t": pl.Int64, "phase": pl.String}
         )
     con = trace.connection
-    index = create_phase_index(con, scope.rules)
+    index = create_phase_index(con, scope.rules, for_sql=True)
     try:
         return con.sql(
             f"SELECT id, value, _t AS t, phase FROM ({phase_lookup_sql(points, index)})",
