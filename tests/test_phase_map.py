@@ -14,7 +14,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specnsys.attribution.intervals import islands_frame, islands_sql
+from specnsys.attribution.intervals import _islands_per_key, islands_frame, islands_sql
 from specnsys.attribution.phase_map import lookup_phase, phase_change_points
 
 
@@ -79,6 +79,8 @@ def test_polars_islands_equal_the_sql_islands(intervals) -> None:
     ours = sorted(islands_frame(frame, "k").iter_rows())
     coded = islands_frame(frame.with_columns(pl.col("k").cast(pl.Categorical)), "k")
     assert sorted(coded.with_columns(pl.col("k").cast(pl.String)).iter_rows()) == ours
+    # the per-key fallback (taken when key bands would not fit in 64 bits) agrees too
+    assert sorted(_islands_per_key(frame.lazy(), "k", pl.String).iter_rows()) == ours
     con = duckdb.connect()
     con.register("src", frame.to_arrow())
     theirs = sorted(con.execute(islands_sql("src", "k")).fetchall())

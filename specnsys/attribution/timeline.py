@@ -329,7 +329,7 @@ def _breakdown(
             runtime.filter(
                 pl.col("is_launch") & (pl.col("api_start") >= ws) & (pl.col("api_start") < we)
             )
-            .group_by(pl.col("phase").fill_null(UNANNOTATED))
+            .group_by("phase")  # by code; NULL (outside every range) named below
             .agg(pl.len().cast(_I64).alias("launches"))
         )
         ops = attributed_gpu_ops(trace, index, pid=pid, runtime=runtime)
@@ -371,7 +371,7 @@ def _breakdown(
     )
     cpu = (
         lookup_phase(segments.filter(pl.col("len") > 0), driver_points, t="t", gtid=None)
-        .group_by(pl.col("phase").fill_null(UNANNOTATED))
+        .group_by("phase")  # by code: a string per segment would cost a GB on 40M segments
         .agg(
             pl.col("len").filter(pl.col("n") == 0).sum().cast(_I64).alias("cpu_wall_ns"),
             pl.col("len").sum().cast(_I64).alias("cpu_exclusive_ns"),
@@ -380,7 +380,10 @@ def _breakdown(
     del segments
 
     gpu, cpu, launches, kernels = (
-        part.with_columns(pl.col("phase").cast(pl.String)) for part in (gpu, cpu, launches, kernels)
+        part.with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))
+        .group_by("phase", maintain_order=True)
+        .agg(pl.all().sum())
+        for part in (gpu, cpu, launches, kernels)
     )
     parts = (gpu, cpu, inclusive.drop("unclosed"), launches, kernels)
     frame = pl.DataFrame(
