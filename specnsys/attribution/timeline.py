@@ -357,9 +357,11 @@ def _breakdown(
     gpu = islands.group_by("phase").agg(
         (pl.col("b") - pl.col("a")).sum().cast(_I64).alias("gpu_busy_ns")
     )
+    floors = {phase: math.floor(share) for phase, share in shares.items()}
     gpu = gpu.with_columns(
         pl.col("phase")
-        .map_elements(lambda p: int(math.floor(shares.get(p, 0))), return_dtype=_I64)
+        .cast(pl.String)
+        .replace_strict(floors, default=0, return_dtype=_I64)
         .alias("floor_ns")
     )
     del islands
