@@ -135,44 +135,51 @@ PROCESSES = ModelTable(
 
 _NVTX_COLUMNS = (
     *_ints("start", "end", "eventType", "rangeId", "category", "color", "globalTid",
-           "endGlobalTid", "textId", "domainId", "int64Value", "uint64Value", "int32Value",
-           "uint32Value", "jsonTextId"),
+           "endGlobalTid", "textId", "domainId", "jsonTextId"),
+    # At most one payload column of each kind is set per row: SQLite coalesces them, so the
+    # reader pays for one value instead of four (and two).
+    RawColumn("payloadInt", "int", ("int64Value", "uint64Value", "int32Value", "uint32Value")),
     RawColumn("text", "text"),
     RawColumn("jsonText", "text"),
-    RawColumn("doubleValue", "real"),
-    RawColumn("floatValue", "real"),
+    RawColumn("payloadFloat", "real", ("doubleValue", "floatValue")),
 )
 
+#: What the NVTX definition rows (domain 75 and category 33 names) carry; read before the rows.
+_NVTX_DEFINITION_COLUMNS = (
+    *_ints("globalTid", "domainId", "category", "eventType", "textId"),
+    RawColumn("text", "text"),
+)
+#: What the nesting of push/pop ranges (types 59, 70) needs; read before the rows.
+_NVTX_RANGE_COLUMNS = tuple(_ints("globalTid", "domainId", "eventType", "start", "end"))
+
 _E_PID = f"CAST({PID.format(g='e.globalTid')} AS BIGINT)"
+
+#: Domain and category names by (pid, domain id[, category id]), from the definition rows.
+NVTX_DOMAINS = f"""
+    SELECT {_E_PID} AS pid, COALESCE(e.domainId, 0) AS domain_id,
+           any_value(COALESCE(e.text, s.value)) AS domain
+    FROM nvtx_definitions e LEFT JOIN strings s ON s.id = e.textId
+    WHERE e.eventType = 75 GROUP BY ALL"""
+NVTX_CATEGORIES = f"""
+    SELECT {_E_PID} AS pid, COALESCE(e.domainId, 0) AS domain_id, e.category AS category_id,
+           any_value(COALESCE(e.text, s.value)) AS category
+    FROM nvtx_definitions e LEFT JOIN strings s ON s.id = e.textId
+    WHERE e.eventType = 33 GROUP BY ALL"""
 
 NVTX = ModelTable(
     "nvtx",
     (SourceRead("raw_nvtx", "NVTX_EVENTS", _NVTX_COLUMNS, with_rowid=True),),
-    # Built for tens of millions of rows: domain and category names come from their few
-    # definition rows, depth and parent from ``nvtx_nesting`` (see :func:`nvtx_nesting`,
-    # computed before this query runs), and the wide rows are produced once, by joins whose
-    # build sides are those small or narrow tables: no wide intermediate is materialized.
-    # The final sort keeps the export's order (joins in parallel do not); it spills to disk
-    # within DuckDB's memory limit.
+    # Built slice by slice like the other tables, for tens of millions of rows: what needs the
+    # whole table is gathered first from narrow reads (see :func:`_prepare_nvtx`): domain and
+    # category names from their few definition rows, depth and parent of every push/pop range
+    # (:func:`nvtx_nesting`, handed to each slice for its own rowid range). Every join keeps
+    # the slice on the probe side, so rows stay in the export's order without a sort.
     f"""
-WITH domains AS (
-    SELECT {_E_PID} AS pid, COALESCE(e.domainId, 0) AS domain_id,
-           any_value(COALESCE(e.text, s.value)) AS domain
-    FROM raw_nvtx e LEFT JOIN strings s ON s.id = e.textId
-    WHERE e.eventType = 75 GROUP BY ALL
-),
-categories AS (
-    SELECT {_E_PID} AS pid, COALESCE(e.domainId, 0) AS domain_id, e.category AS category_id,
-           any_value(COALESCE(e.text, s.value)) AS category
-    FROM raw_nvtx e LEFT JOIN strings s ON s.id = e.textId
-    WHERE e.eventType = 33 GROUP BY ALL
-)
 SELECT e.__rowid AS id, e.start, e."end", e."end" - e.start AS duration,
        {NVTX_KIND.replace("CASE eventType", "CASE e.eventType")} AS kind,
        e.eventType AS event_type, COALESCE(e.text, ts.value) AS text,
        COALESCE(e.domainId, 0) AS domain_id, dm.domain, e.category AS category_id, ct.category,
-       COALESCE(e.int64Value, e.uint64Value, e.int32Value, e.uint32Value) AS payload_int,
-       COALESCE(e.doubleValue, e.floatValue) AS payload_float,
+       e.payloadInt AS payload_int, e.payloadFloat AS payload_float,
        COALESCE(e.jsonText, js.value) AS json_text, e.color, e.rangeId AS range_id,
        {_E_PID} AS pid, CAST({TID.format(g="e.globalTid")} AS BIGINT) AS tid,
        e.globalTid AS global_tid, CAST({TID.format(g="e.endGlobalTid")} AS BIGINT) AS end_tid,
@@ -180,12 +187,11 @@ SELECT e.__rowid AS id, e.start, e."end", e."end" - e.start AS duration,
 FROM raw_nvtx e
 LEFT JOIN strings ts ON ts.id = e.textId
 LEFT JOIN strings js ON js.id = e.jsonTextId
-LEFT JOIN domains dm ON dm.pid IS NOT DISTINCT FROM {_E_PID}
+LEFT JOIN nvtx_domains dm ON dm.pid IS NOT DISTINCT FROM {_E_PID}
      AND dm.domain_id = COALESCE(e.domainId, 0)
-LEFT JOIN categories ct ON ct.pid IS NOT DISTINCT FROM {_E_PID}
+LEFT JOIN nvtx_categories ct ON ct.pid IS NOT DISTINCT FROM {_E_PID}
      AND ct.domain_id = COALESCE(e.domainId, 0) AND ct.category_id = e.category
 LEFT JOIN nvtx_nesting pr ON pr.id = e.__rowid
-ORDER BY e.__rowid
 """,
     "NVTX_EVENTS",
 )
@@ -464,24 +470,19 @@ def nvtx_nesting(raw: pl.LazyFrame) -> pa.Table:
             check_sortedness=False,
         )
         .select("id", "depth", "parent")
+        .sort("id")
         .to_arrow()
     )
 
 
-#: Tables computed outside SQL before a model table's query runs: model table -> {name the
-#: query reads -> function of the raw sources (Polars LazyFrames by alias)}.
-PREPARED: dict[str, dict[str, Callable[[dict[str, pl.LazyFrame]], pa.Table]]] = {
-    "nvtx": {"nvtx_nesting": lambda raw: nvtx_nesting(raw["raw_nvtx"])},
-}
-
-#: Model tables whose query turns each row of one source (the alias given here) into one row,
-#: joining only small tables: they are built slice by slice on the reader's threads and
-#: written as each slice arrives, so no whole source table is ever in memory. Every other
-#: table (``nvtx``, whose nesting needs the whole table; ``gpus``, tiny) is built from its
-#: sources copied to scratch Parquet files, with DuckDB's memory limit and spilling.
+#: The source (by alias) each model table is built from, slice by slice on the reader's
+#: threads and written as each slice arrives, so no whole source table is ever in memory.
+#: Each row of it gives one row of the model table, joined only with small tables (other
+#: sources, read whole) or, for ``nvtx``, with what :func:`_prepare_nvtx` gathered first.
 ROW_LOCAL_SOURCE = {
     "threads": "raw_threads",
     "processes": "raw_processes",
+    "nvtx": "raw_nvtx",
     "runtime": "raw_runtime",
     "kernels": "raw_kernels",
     "memcpy": "raw_memcpy",
@@ -489,7 +490,9 @@ ROW_LOCAL_SOURCE = {
     "graphs": "raw_graphs",
     "sync": "raw_sync",
     "gpu_metrics": "raw_gpu_metrics",
+    "gpus": "raw_gpus",
 }
+assert set(ROW_LOCAL_SOURCE) == set(MODEL_TABLES)
 
 #: DuckDB memory, as a fraction of the export's size on disk, within the bounds below: while
 #: building the model (sorts and windows spill beyond it) and while analyzing it (see
@@ -532,7 +535,10 @@ def duckdb_config(export_bytes: int, scratch: Path | None) -> dict[str, str]:
     directory) would write beside whatever the user ran from.
     """
     return {
-        "threads": str(os.cpu_count() or 1),
+        # One thread per query: the reader's threads run one slice query each, in parallel,
+        # and a query on one thread emits its rows in the slice's order (with more threads
+        # DuckDB moved rows of a slice, so the model's order changed from run to run).
+        "threads": "1",
         "memory_limit": duckdb_memory_limit(export_bytes, BUILD_MEMORY_FRACTION, BUILD_MEMORY_MIN),
         "temp_directory": str(scratch) if scratch is not None else "",
         "preserve_insertion_order": "true",
@@ -571,10 +577,8 @@ def build_model(
         built: dict[str, pa.Table] = {}
         for table in MODEL:
             target = None if parquet_folder is None else parquet_folder / f"{table.name}.parquet"
-            if table.name in ROW_LOCAL_SOURCE:
-                result = _build_row_local(con, export, table, target)
-            else:
-                result = _build_whole(con, export, table, target, scratch)
+            per_slice = _prepare_nvtx(con, export) if table is NVTX else None
+            result = _build_row_local(con, export, table, target, per_slice)
             if result is not None:
                 built[table.name] = result
         return None if parquet_folder is not None else built
@@ -591,8 +595,8 @@ def build_model(
 
 
 def _scratch_folder(parquet_folder: Path | None) -> Path | None:
-    """A private folder for scratch copies and DuckDB spills: inside the cache entry being
-    built, else a new temporary folder; None when neither can be written (then all in memory)."""
+    """A private folder for DuckDB's spills: inside the cache entry being built, else a new
+    temporary folder; None when neither can be written (then DuckDB does not spill)."""
     try:
         if parquet_folder is not None:
             scratch = parquet_folder / ".scratch"
@@ -611,10 +615,56 @@ def _register_small(con: duckdb.DuckDBPyConnection, export: SqliteExport, src: S
     con.unregister("_specnsys_small")
 
 
+#: Tables a slice's query joins besides the slice itself, by name, given the slice.
+SliceTables = Callable[[pa.Table], dict[str, pa.Table]]
+
+
+def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> SliceTables:
+    """Gather what each NVTX row needs from the whole table, before the rows are built.
+
+    Two narrow reads that SQLite filters (so only the rows concerned are handed over): the
+    domain and category definition rows, whose names become the tables ``nvtx_domains`` and
+    ``nvtx_categories`` in *con*; and the push/pop ranges, whose depth and parent
+    (:func:`nvtx_nesting`, in id order) are cut per slice by rowid. Returns that cutter.
+    """
+    import numpy as np
+
+    table = NVTX.sources[0].table
+    has_types = "eventType" in export.columns(table)
+
+    def rows_of(columns: tuple[RawColumn, ...], types: str, with_rowid: bool) -> pa.Table:
+        where = f"CAST(eventType AS INTEGER) IN ({types})" if has_types else "0"
+        return export.read_tables([(table, columns, with_rowid)], where=where)[0]
+
+    con.register("nvtx_definitions", rows_of(_NVTX_DEFINITION_COLUMNS, "33, 75", False))
+    try:
+        con.execute(f"CREATE OR REPLACE TABLE nvtx_domains AS {NVTX_DOMAINS}")
+        con.execute(f"CREATE OR REPLACE TABLE nvtx_categories AS {NVTX_CATEGORIES}")
+    finally:
+        con.unregister("nvtx_definitions")
+    nesting = nvtx_nesting(pl.from_arrow(rows_of(_NVTX_RANGE_COLUMNS, "59, 70", True)).lazy())
+    ids = nesting.column("id").to_numpy()
+
+    def for_slice(raw: pa.Table) -> dict[str, pa.Table]:
+        if raw.num_rows == 0:
+            return {"nvtx_nesting": nesting.slice(0, 0)}
+        rowids = raw.column("__rowid")
+        first = np.searchsorted(ids, rowids[0].as_py(), "left")
+        last = np.searchsorted(ids, rowids[-1].as_py(), "right")
+        return {"nvtx_nesting": nesting.slice(first, last - first)}
+
+    return for_slice
+
+
 def _build_row_local(
-    con: duckdb.DuckDBPyConnection, export: SqliteExport, table: ModelTable, target: Path | None
+    con: duckdb.DuckDBPyConnection,
+    export: SqliteExport,
+    table: ModelTable,
+    target: Path | None,
+    per_slice: SliceTables | None = None,
 ) -> pa.Table | None:
-    """Build a row-local table slice by slice; write it to *target* or return it."""
+    """Build a table slice by slice; write it to *target* or return it. *per_slice* gives
+    further tables each slice's query joins (the part of a whole-table result it needs)."""
     alias = ROW_LOCAL_SOURCE[table.name]
     (stream,) = [src for src in table.sources if src.alias == alias]
     side = [src for src in table.sources if src.alias != alias]
@@ -631,11 +681,14 @@ def _build_row_local(
             cursor = local.cursor = con.cursor()
             with lock:
                 cursors.append(cursor)
-        cursor.register(alias, raw)
+        extra = per_slice(raw) if per_slice is not None else {}
+        for name, part in ((alias, raw), *extra.items()):
+            cursor.register(name, part)
         try:
             return to_arrow(cursor.sql(query))
         finally:
-            cursor.unregister(alias)
+            for name in (alias, *extra):
+                cursor.unregister(name)
 
     slices = export.iter_slices(stream.table, stream.columns, stream.with_rowid, normalize)
     try:
@@ -668,62 +721,3 @@ def _write_parquet(slices: Iterable[pa.Table], target: Path) -> None:
     finally:
         if writer is not None:
             writer.close()
-
-
-def _build_whole(
-    con: duckdb.DuckDBPyConnection,
-    export: SqliteExport,
-    table: ModelTable,
-    target: Path | None,
-    scratch: Path | None,
-) -> pa.Table | None:
-    """Build a table whose query needs its whole sources (e.g. NVTX nesting).
-
-    Each source is streamed into a scratch Parquet file that DuckDB then scans (compressed on
-    disk instead of uncompressed in memory; all-NULL columns cost next to nothing), and the
-    result is written by DuckDB's COPY, which spills within its memory limit.
-    """
-    in_memory: set[str] = set()  # aliases held as DuckDB tables, not views over scratch files
-    for src in table.sources:
-        if scratch is None:
-            _register_small(con, export, src)
-            in_memory.add(src.alias)
-            continue
-        path = scratch / f"{src.alias}.parquet"
-        try:
-            _write_parquet(export.iter_slices(src.table, src.columns, src.with_rowid), path)
-        except OSError:  # scratch disk full or not writable: keep this source in memory
-            path.unlink(missing_ok=True)
-            _register_small(con, export, src)
-            in_memory.add(src.alias)
-            continue
-        source = str(path).replace("'", "''")
-        con.execute(f"CREATE OR REPLACE VIEW {src.alias} AS SELECT * FROM read_parquet('{source}')")
-    prepared = PREPARED.get(table.name, {})
-    if prepared:
-        frames = {
-            src.alias: con.sql(f"SELECT * FROM {src.alias}").pl().lazy()
-            if src.alias in in_memory
-            else pl.scan_parquet(scratch / f"{src.alias}.parquet")  # type: ignore[operator]
-            for src in table.sources
-        }
-        for name, compute in prepared.items():
-            con.register(name, compute(frames))
-    try:
-        if target is None:
-            return to_arrow(con.sql(table.sql(export)))
-        destination = str(target).replace("'", "''")
-        con.execute(
-            f"COPY ({table.sql(export)}) TO '{destination}' "
-            f"(FORMAT parquet, COMPRESSION {PARQUET_COMPRESSION})"
-        )
-        return None
-    finally:
-        for name in prepared:
-            con.unregister(name)
-        for src in table.sources:
-            # DROP VIEW IF EXISTS fails on a table of that name (and vice versa)
-            kind = "TABLE" if src.alias in in_memory else "VIEW"
-            con.execute(f"DROP {kind} IF EXISTS {src.alias}")
-            if scratch is not None:
-                (scratch / f"{src.alias}.parquet").unlink(missing_ok=True)
