@@ -378,7 +378,8 @@ def read_columns(path: Path) -> list[tuple[str, list[tuple[str, str]]]]:
         if read.table not in tables:
             continue
         present = {r[1] for r in con.execute(f'PRAGMA table_info("{read.table}")')}
-        cols = [(c.name, c.kind) for c in read.columns if c.name in present]
+        # a coalesced column is read from several source columns: the scan reads each of them
+        cols = [(name, c.kind) for c in read.columns for name in c.sources() if name in present]
         if cols:
             out.append((read.table, cols))
     con.close()
