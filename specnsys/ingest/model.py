@@ -438,27 +438,31 @@ def nvtx_nesting(raw: pl.LazyFrame) -> pa.Table:
         pl.lit(0, pl.Int64).alias("tie"),
         pl.lit(-1, pl.Int8).alias("delta"),
     )
+    # Running sums over the whole sorted frame, not per (g, d) group: every range has its end
+    # event (unclosed ones at INT64_MAX) in its own group, so each group's deltas sum to zero
+    # and the global running depth is the group's; ``ord`` then numbers all starts in sorted
+    # order, which orders the starts of each group the same way and needs no re-sort below.
     nested = (
         pl.concat([starts, ends])
         .sort(["g", "d", "t", "typ", "tie", "id"])
         .with_columns(
-            (pl.col("delta").cast(pl.Int64).cum_sum().over(["g", "d"]) - pl.col("delta"))
+            (pl.col("delta").cast(pl.Int64).cum_sum() - pl.col("delta"))
             .cast(pl.Int32)
             .alias("depth"),
-            (pl.col("delta") == 1).cast(pl.Int64).cum_sum().over(["g", "d"]).alias("ord"),
+            (pl.col("delta") == 1).cast(pl.Int64).cum_sum().alias("ord"),
         )
         .filter(pl.col("delta") == 1)
         .select("id", "g", "d", "depth", "ord")
         .collect()
     )
-    children = nested.with_columns((pl.col("depth") - 1).alias("up")).sort("ord")
+    children = nested.with_columns((pl.col("depth") - 1).alias("up")).set_sorted("ord")
     candidates = nested.select(
         "g",
         "d",
         pl.col("depth").alias("up"),
         pl.col("ord").alias("parent_ord"),
         pl.col("id").alias("parent"),
-    ).sort("parent_ord")
+    ).set_sorted("parent_ord")
     return (
         children.join_asof(
             candidates,
