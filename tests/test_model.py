@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 
 import specnsys
@@ -352,3 +353,40 @@ def test_model_rows_keep_the_export_order(
             assert got == list(range(len(starts))), name
         nvtx = t.table("nvtx").filter(pl.col("kind") == "push_pop").collect()
         assert nvtx["start"].to_list() == starts
+
+
+def test_column_types_never_depend_on_the_first_rows(tmp_path: Path) -> None:
+    """ADBC infers each column's Arrow type from the first rows it reads; the reader pins
+    them with a typed first row instead. Thousands of NULLs before the first text, real or
+    integer value (and values of the wrong storage class, as SQLite allows) must come back
+    with the declared kind's type, NULLs as NULL and values as SQLite's CAST gives them."""
+    import sqlite3
+
+    from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
+
+    path = tmp_path / "late.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (s TEXT, r REAL, i INTEGER, a INTEGER, b INTEGER)")
+    rows = [(None, None, None, None, None)] * 5000
+    rows += [("x", 1.5, 3, None, 9), (7, 2, "zz", 4, None), (None, None, None, None, None)]
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)
+    con.commit()
+    con.close()
+    columns = [
+        RawColumn("s", "text"),
+        RawColumn("r", "real"),
+        RawColumn("i"),
+        RawColumn("ab", "int", ("a", "b", "missing")),  # SQLite's COALESCE of those present
+        RawColumn("absent", "real"),
+    ]
+    with SqliteExport(path) as export:
+        (got,) = export.read_tables([("t", columns, True)])
+        (few,) = export.read_tables([("t", columns, False)], where="i IS NOT NULL")
+    assert got.schema.types == [pa.int64(), pa.string(), pa.float64(), pa.int64(), pa.int64(), pa.float64()]
+    assert got.num_rows == 5003 and got.column("__rowid").to_pylist()[:2] == [1, 2]
+    tail = got.slice(5000).to_pylist()
+    assert [(r["s"], r["r"], r["i"], r["ab"], r["absent"]) for r in tail] == [
+        ("x", 1.5, 3, 9, None), ("7", 2.0, 0, 4, None), (None, None, None, None, None)
+    ]
+    assert got.slice(0, 5000).column("s").null_count == 5000
+    assert few.column("i").to_pylist() == [3, 0] and few.column_names[0] == "s"
