@@ -397,7 +397,8 @@ INT64_MAX = 9223372036854775807
 
 
 def nvtx_nesting(raw: pl.LazyFrame) -> pa.Table:
-    """``(id, depth, parent)`` of every push/pop range of a raw ``NVTX_EVENTS`` frame.
+    """``(id, depth, parent)`` of every push/pop range of a raw ``NVTX_EVENTS`` frame, in id
+    order.
 
     NVTX keeps one range stack per (thread, domain). depth = ranges of the same stack open
     when this one starts: one sorted sweep over start (+1) and end (-1) events, ends first at
@@ -499,7 +500,7 @@ ROW_LOCAL_SOURCE = {
 assert set(ROW_LOCAL_SOURCE) == set(MODEL_TABLES)
 
 #: DuckDB memory, as a fraction of the export's size on disk, within the bounds below: while
-#: building the model (sorts and windows spill beyond it) and while analyzing it (see
+#: building the model (each slice's joins spill beyond it) and while analyzing it (see
 #: :func:`specnsys.ingest.trace.analysis_connection`). ``$SPECNSYS_MEMORY_LIMIT`` (DuckDB's
 #: syntax, e.g. ``4GB``) overrides both.
 #: The floors keep small and mid-sized traces from spilling (a spill costs time, and the
@@ -631,8 +632,6 @@ def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> Slice
     ``nvtx_categories`` in *con*; and the push/pop ranges, whose depth and parent
     (:func:`nvtx_nesting`, in id order) are cut per slice by rowid. Returns that cutter.
     """
-    import numpy as np
-
     table = NVTX.sources[0].table
     has_types = "eventType" in export.columns(table)
 
@@ -647,14 +646,14 @@ def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> Slice
     finally:
         con.unregister("nvtx_definitions")
     nesting = nvtx_nesting(pl.from_arrow(rows_of(_NVTX_RANGE_COLUMNS, "59, 70", True)).lazy())
-    ids = nesting.column("id").to_numpy()
+    ids = pl.Series(nesting.column("id"))  # sorted: each slice's part is found by bisection
 
     def for_slice(raw: pa.Table) -> dict[str, pa.Table]:
         if raw.num_rows == 0:
             return {"nvtx_nesting": nesting.slice(0, 0)}
         rowids = raw.column("__rowid")
-        first = np.searchsorted(ids, rowids[0].as_py(), "left")
-        last = np.searchsorted(ids, rowids[-1].as_py(), "right")
+        first = ids.search_sorted(rowids[0].as_py(), "left")
+        last = ids.search_sorted(rowids[-1].as_py(), "right")
         return {"nvtx_nesting": nesting.slice(first, last - first)}
 
     return for_slice
