@@ -155,12 +155,8 @@ def attributed_gpu_ops(
     """
     if runtime is None:
         runtime = attributed_runtime(trace, index, pid, details=details)
-    calls = runtime.filter(pl.col("rt_corr").is_not_null()).drop("is_launch")
-    wanted = None
-    if launched_between is not None:
-        a, b = launched_between
-        calls = calls.filter((pl.col("api_start") >= a) & (pl.col("api_start") < b))
-        wanted = calls["rt_corr"].unique()
+    calls = _launching_calls(runtime, launched_between)
+    wanted = None if launched_between is None else calls["rt_corr"].unique()
     # one process: its ids alone are the key (a one-column hash join is much cheaper)
     keys = (
         {"left_on": ["correlation_id"], "right_on": ["rt_corr"]}
@@ -172,10 +168,7 @@ def attributed_gpu_ops(
     if int(distinct.item()) != calls.height:  # an id shared by several calls: the first wins
         if "api_end" not in calls.columns:  # a lean frame: the order needs every column (rare)
             full = attributed_runtime(trace, index, pid, details=True)
-            calls = full.filter(pl.col("rt_corr").is_not_null()).drop("is_launch")
-            if launched_between is not None:
-                a, b = launched_between
-                calls = calls.filter((pl.col("api_start") >= a) & (pl.col("api_start") < b))
+            calls = _launching_calls(full, launched_between)
         calls = calls.sort(["api_start", "api_end", "api_global_tid"]).unique(
             subset=right, keep="first", maintain_order=True
         )
@@ -195,6 +188,18 @@ def attributed_gpu_ops(
         .select(pl.all() if details else pl.col("op_kind", "start", "end", "phase"))
         .collect(engine="streaming")
     )
+
+
+def _launching_calls(
+    runtime: pl.DataFrame, launched_between: tuple[int, int] | None
+) -> pl.DataFrame:
+    """The calls of *runtime* that can own GPU work (a correlation id), started in
+    ``[a, b)`` when *launched_between* is given."""
+    calls = runtime.filter(pl.col("rt_corr").is_not_null()).drop("is_launch")
+    if launched_between is not None:
+        a, b = launched_between
+        calls = calls.filter((pl.col("api_start") >= a) & (pl.col("api_start") < b))
+    return calls
 
 
 def gpu_ops_with_phase(
