@@ -356,7 +356,7 @@ def test_model_rows_keep_the_export_order(
 
 
 def test_column_types_never_depend_on_the_first_rows(tmp_path: Path) -> None:
-    """ADBC infers each column's Arrow type from the first rows it reads; the reader pins
+    """connectorx infers each column's Arrow type from the first row it reads; the reader pins
     them with a typed first row instead. Thousands of NULLs before the first text, real or
     integer value (and values of the wrong storage class, as SQLite allows) must come back
     with the declared kind's type, NULLs as NULL and values as SQLite's CAST gives them."""

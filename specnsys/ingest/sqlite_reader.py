@@ -4,12 +4,17 @@ The export is never written to: every connection is opened through a ``mode=ro&i
 URI (SQLite then neither writes nor locks the file), and the file is checked before SQLite sees
 it, so that a truncated copy or a file of another kind gets a clear one-line error.
 
-Bulk reads use Arrow's own SQLite driver (ADBC), which fills Arrow arrays in C without creating a
-Python object per value. Its type inference looks only at the first batch of rows, so every
-column is read through an explicit ``CAST`` and each query starts with one typed row of
-constants (dropped after the read): the Arrow type then never depends on the data. Each value
-read costs the driver about 80 ns, whether NULL or not, so columns the model only ever
-coalesces are coalesced inside SQLite and read as one (see :class:`RawColumn`).
+Bulk reads use connectorx, which steps SQLite and fills Arrow arrays in Rust without creating
+a Python object per value, with the GIL released (so rowid slices read on both cores). It
+costs about 40% less CPU per value than Arrow's own SQLite driver (ADBC), measured on the
+2-million-kernel bench export. Its connection string carries the whole ``mode=ro&immutable=1``
+URI, percent-encoded, so the file is opened ``O_RDONLY`` without locks. connectorx infers a
+column's type from the first row, so every column is read through an explicit ``CAST`` and each
+query starts with one typed row of constants (dropped after the read): the Arrow type never
+depends on the data. Text is read as ``BLOB`` (SQLite hands over its bytes as stored) and
+decoded here, because a TEXT read of invalid UTF-8 fails the whole query. Each value still
+costs the reader tens of nanoseconds, NULL or not, so columns the model only ever coalesces
+are coalesced inside SQLite and read as one (see :class:`RawColumn`).
 
 Big tables are never read whole: :meth:`SqliteExport.iter_slices` cuts a table into rowid
 slices, reads (and optionally transforms) a few of them ahead on a thread pool and hands them
@@ -70,11 +75,16 @@ def _arrow_type(kind: ColumnKind) -> pa.DataType:
     return {"int": pa.int64(), "real": pa.float64(), "text": pa.string()}[kind]
 
 
+def _raw_arrow_type(kind: ColumnKind) -> pa.DataType:
+    """The type a column arrives in: text as bytes, decoded by :func:`_valid_utf8`."""
+    return pa.large_binary() if kind == "text" else _arrow_type(kind)
+
+
 #: kind -> (the SQLite type each value is cast to, a constant of that type for the typed row)
 _SQL_TYPES: dict[ColumnKind, tuple[str, str]] = {
     "int": ("INTEGER", "0"),
     "real": ("REAL", "0.0"),
-    "text": ("TEXT", "''"),
+    "text": ("BLOB", "X''"),
 }
 
 
@@ -159,6 +169,9 @@ class SqliteExport:
         validate_sqlite_file(path)
         self.path = path
         self._uri = readonly_uri(path)
+        # connectorx hands what follows ``sqlite://`` to SQLite after one percent-decoding:
+        # encoded whole, the read-only URI arrives intact (unencoded, ``file:`` is mangled).
+        self._connectorx_uri = "sqlite://" + urllib.parse.quote(self._uri, safe="")
         try:
             self._con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
             # Names and metadata are whatever bytes were stored (a fuzzed table name crashed
@@ -244,7 +257,7 @@ class SqliteExport:
         bad_utf8: Counter[str] = Counter()
 
         def job(sql: str | None) -> pa.Table:
-            raw = schema.empty_table() if sql is None else self._adbc_read(sql, schema)
+            raw = schema.empty_table() if sql is None else self._read_arrow(sql, schema)
             restored = _restore_columns(raw, columns, with_rowid, table, bad_utf8)
             return transform(restored) if transform is not None else restored
 
@@ -283,8 +296,8 @@ class SqliteExport:
         """(raw schema, slice queries, estimated rows, columns, with_rowid) for one request.
 
         Every query starts with one row of typed constants (``UNION ALL`` keeps it first),
-        which fixes the type ADBC infers for each column however many NULLs follow; the
-        reader drops it (see :meth:`_adbc_read`).
+        which fixes the type connectorx infers for each column however many NULLs follow; the
+        reader drops it (see :meth:`_read_arrow`).
         """
         present = set(self.columns(table))
         select: list[str] = []
@@ -302,7 +315,7 @@ class SqliteExport:
             sql_type, constant = _SQL_TYPES[col.kind]
             select.append(f"CAST({value} AS {sql_type}) AS {_quote(col.name)}")
             typed_row.append(f"{constant} AS {_quote(col.name)}")  # names come from here
-            schema_fields.append(pa.field(col.name, _arrow_type(col.kind)))
+            schema_fields.append(pa.field(col.name, _raw_arrow_type(col.kind)))
         schema = pa.schema(schema_fields)
         if table not in self._tables or not select:
             return schema, [], 0, columns, with_rowid
@@ -332,14 +345,12 @@ class SqliteExport:
         ]
         return schema, slices, span, columns, with_rowid
 
-    def _adbc_read(self, sql: str, schema: pa.Schema) -> pa.Table:
-        import adbc_driver_sqlite.dbapi as adbc_sqlite
+    def _read_arrow(self, sql: str, schema: pa.Schema) -> pa.Table:
+        import connectorx
 
         try:
-            with adbc_sqlite.connect(self._uri) as con, con.cursor() as cur:
-                cur.execute(sql)
-                table = cur.fetch_arrow_table()
-        except Exception as exc:  # ADBC raises several DB-API error classes and OSError
+            table = connectorx.read_sql(self._connectorx_uri, sql, return_type="arrow")
+        except Exception as exc:  # connectorx raises RuntimeError, parsers their own errors
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise BadInputError(f"{self.path}: unreadable SQLite data: {message}") from None
         table = table.slice(1)  # the typed row of constants
@@ -383,20 +394,20 @@ def _restore_columns(
 
 
 def _valid_utf8(values: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
-    """SQLite stores whatever bytes it was given as TEXT; Arrow strings must be UTF-8.
+    """Text read as bytes, as Arrow strings: SQLite stores whatever bytes it was given as TEXT,
+    and Arrow strings must be UTF-8.
 
     Invalid sequences (seen in exports of programs that print binary data) are replaced by
     U+FFFD (the caller warns, once per column), instead of failing the whole ingest later in
     DuckDB or Polars. Returns the values and how many of them had to be fixed.
     """
     try:
-        values.validate(full=True)
-        return values, 0
+        return values.cast(pa.string()), 0  # validates: fails on the first invalid value
     except pa.ArrowInvalid:
         pass
     fixed: list[str | None] = []
     bad = 0
-    for value in values.cast(pa.binary()).to_pylist():
+    for value in values.to_pylist():
         if value is None:
             fixed.append(None)
             continue
