@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import threading
 import urllib.parse
 import warnings
 from collections import Counter, deque
@@ -172,6 +173,7 @@ class SqliteExport:
         # connectorx hands what follows ``sqlite://`` to SQLite after one percent-decoding:
         # encoded whole, the read-only URI arrives intact (unencoded, ``file:`` is mangled).
         self._connectorx_uri = "sqlite://" + urllib.parse.quote(self._uri, safe="")
+        self._lock = threading.Lock()
         try:
             self._con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
             # Names and metadata are whatever bytes were stored (a fuzzed table name crashed
@@ -219,7 +221,8 @@ class SqliteExport:
 
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         try:
-            return self._con.execute(sql, params).fetchall()
+            with self._lock:  # the model is built on several threads
+                return self._con.execute(sql, params).fetchall()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # an error text not UTF-8
             raise BadInputError(f"{self.path}: unreadable SQLite file: {_reason(exc)}") from None
 
