@@ -14,11 +14,14 @@ global ids stay available as ``global_tid``/``global_pid``; names are resolved f
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import operator
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specnsys.errors import BadInputError
-from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
+from specnsys.ingest.sqlite_reader import RawColumn, SliceRead, SqliteExport
 
 #: Bump when the model's tables or columns change, so old caches are not reused.
 MODEL_VERSION = 2
@@ -505,6 +508,10 @@ ROW_LOCAL_SOURCE = {
     "gpus": "raw_gpus",
 }
 assert set(ROW_LOCAL_SOURCE) == set(MODEL_TABLES)
+# Consecutive tables are built overlapping (see build_model): their side tables must not share
+# a name, or one table's clean-up would drop what the next one reads.
+_SIDE_ALIASES = [s.alias for t in MODEL for s in t.sources if s.alias != ROW_LOCAL_SOURCE[t.name]]
+assert len(_SIDE_ALIASES) == len(set(_SIDE_ALIASES))
 
 #: DuckDB memory, as a fraction of the export's size on disk, within the bounds below: while
 #: building the model (each slice's joins spill beyond it) and while analyzing it (see
@@ -593,12 +600,28 @@ def build_model(
         # own cursor) while the runtime calls and kernels are built: its narrow reads and the
         # nesting keep the cores busy that the start of the build would leave half idle.
         nvtx_ready = prep_pool.submit(_prepare_nvtx, prep_cursor, export)
-        for table in BUILD_ORDER:
-            target = None if parquet_folder is None else parquet_folder / f"{table.name}.parquet"
-            per_slice = nvtx_ready.result() if table is NVTX else None
-            result = _build_row_local(con, export, table, target, per_slice)
-            if result is not None:
-                built[table.name] = result
+        cursors = _WorkerCursors(con)
+
+        def reads() -> Iterator[SliceRead]:
+            # Pulled by the reader when the previous table's last slice is submitted: each
+            # table's small side tables are registered then, before its first slice is read.
+            for table in BUILD_ORDER:
+                per_slice = nvtx_ready.result() if table is NVTX else None
+                yield _row_local_read(con, export, table, cursors, per_slice)
+
+        try:
+            with contextlib.closing(export.iter_reads(reads())) as slices:
+                for index, group in itertools.groupby(slices, key=operator.itemgetter(0)):
+                    table = BUILD_ORDER[index]
+                    parts = (part for _, part in group)
+                    if parquet_folder is None:
+                        built[table.name] = pa.concat_tables(list(parts))
+                    else:
+                        _write_parquet(parts, parquet_folder / f"{table.name}.parquet")
+                    for src in _side_sources(table):
+                        con.execute(f"DROP TABLE IF EXISTS {src.alias}")
+        finally:
+            cursors.close()
         return None if parquet_folder is not None else built
     except duckdb.IOException as exc:
         raise OSError(str(exc).splitlines()[0]) from None
@@ -674,31 +697,52 @@ def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> Slice
     return for_slice
 
 
-def _build_row_local(
+class _WorkerCursors:
+    """One DuckDB cursor per reader thread (a connection is not to be shared by threads),
+    created on first use and closed together."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+        self._local = threading.local()
+        self._all: list[duckdb.DuckDBPyConnection] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> duckdb.DuckDBPyConnection:
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            with self._lock:
+                cursor = self._local.cursor = self._con.cursor()
+                self._all.append(cursor)
+        return cursor
+
+    def close(self) -> None:
+        for cursor in self._all:
+            cursor.close()
+
+
+def _side_sources(table: ModelTable) -> list[SourceRead]:
+    """The sources of *table* read whole (small), besides the one it is built from."""
+    return [src for src in table.sources if src.alias != ROW_LOCAL_SOURCE[table.name]]
+
+
+def _row_local_read(
     con: duckdb.DuckDBPyConnection,
     export: SqliteExport,
     table: ModelTable,
-    target: Path | None,
+    cursors: _WorkerCursors,
     per_slice: SliceTables | None = None,
-) -> pa.Table | None:
-    """Build a table slice by slice; write it to *target* or return it. *per_slice* gives
-    further tables each slice's query joins (the part of a whole-table result it needs)."""
+) -> SliceRead:
+    """Register *table*'s side sources in *con* and return the read that builds it slice by
+    slice. *per_slice* gives further tables each slice's query joins (the part of a
+    whole-table result it needs)."""
     alias = ROW_LOCAL_SOURCE[table.name]
     (stream,) = [src for src in table.sources if src.alias == alias]
-    side = [src for src in table.sources if src.alias != alias]
-    for src in side:
+    for src in _side_sources(table):
         _register_small(con, export, src)
     query = table.sql(export)
-    local = threading.local()
-    cursors: list[duckdb.DuckDBPyConnection] = []
-    lock = threading.Lock()
 
     def normalize(raw: pa.Table) -> pa.Table:
-        cursor = getattr(local, "cursor", None)
-        if cursor is None:
-            cursor = local.cursor = con.cursor()
-            with lock:
-                cursors.append(cursor)
+        cursor = cursors.get()
         extra = per_slice(raw) if per_slice is not None else {}
         for name, part in ((alias, raw), *extra.items()):
             cursor.register(name, part)
@@ -708,17 +752,7 @@ def _build_row_local(
             for name in (alias, *extra):
                 cursor.unregister(name)
 
-    slices = export.iter_slices(stream.table, stream.columns, stream.with_rowid, normalize)
-    try:
-        if target is None:
-            return pa.concat_tables(list(slices))
-        _write_parquet(slices, target)
-        return None
-    finally:
-        for cursor in cursors:
-            cursor.close()
-        for src in side:
-            con.execute(f"DROP TABLE IF EXISTS {src.alias}")
+    return SliceRead(stream.table, stream.columns, stream.with_rowid, normalize)
 
 
 def _write_parquet(slices: Iterable[pa.Table], target: Path) -> None:

@@ -24,13 +24,14 @@ over in rowid order, so memory stays at a few slices whatever the size of the ex
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import sqlite3
 import threading
 import urllib.parse
 import warnings
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,19 @@ class RawColumn:
     def sources(self) -> tuple[str, ...]:
         """The source table's columns this column is read from."""
         return self.coalesce or (self.name,)
+
+
+@dataclass(frozen=True)
+class SliceRead:
+    """One table to read slice by slice: its columns, and what each slice becomes on the
+    reader's thread (*transform*); with *where* (an SQLite condition on the source columns),
+    only the rows it selects."""
+
+    table: str
+    columns: tuple[RawColumn, ...]
+    with_rowid: bool = False
+    transform: Callable[[pa.Table], pa.Table] | None = None
+    where: str | None = None
 
 
 def _arrow_type(kind: ColumnKind) -> pa.DataType:
@@ -248,42 +262,57 @@ class SqliteExport:
     ) -> Iterator[pa.Table]:
         """Yield *table* as Arrow tables of about ``SLICE_ROWS`` rows each, in rowid order.
 
-        Slices are read by ``workers`` threads (default: one per core), at most
-        ``workers + PREFETCH_EXTRA`` ahead of the consumer, so memory is bounded by a few slices
-        however large the table. *transform*, when given, runs in the worker on each restored
-        slice (DuckDB and Arrow release the GIL, so it runs in parallel with the reads). With
-        *where* (an SQLite condition on the source columns) only the rows it selects are read. An
-        absent or empty table yields exactly one empty slice, so the consumer always learns
-        the schema. Invalid UTF-8 in text columns is replaced, with one warning per column.
+        One :class:`SliceRead` through :meth:`iter_reads` (see there). With *where* (an SQLite
+        condition on the source columns) only the rows it selects are read.
         """
-        schema, slices, _, _, _ = self._plan(table, columns, with_rowid, where)
+        read = SliceRead(table, tuple(columns), with_rowid, transform, where)
+        for _, part in self.iter_reads([read], workers=workers):
+            yield part
+
+    def iter_reads(
+        self, reads: Iterable[SliceRead], *, workers: int | None = None
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """Yield ``(index of the read, slice)`` for each of *reads* in turn, slices in rowid
+        order, every read through one pool of ``workers`` threads (default: one per core).
+
+        At most ``workers + PREFETCH_EXTRA`` slices are in flight ahead of the consumer, so
+        memory is bounded by a few slices however large the tables. Each read's *transform*
+        runs in the worker on each restored slice (DuckDB and Arrow release the GIL, so it runs
+        in parallel with the reads). The next read is taken from *reads* (a generator may
+        prepare for it then) as soon as the last slice of the previous one is submitted, so
+        the workers go on with it while the consumer still takes the previous one's last
+        slices: no core idles between tables. An absent or empty table yields exactly one
+        empty slice, so the consumer always learns the schema. Invalid UTF-8 in text columns
+        is replaced, with one warning per column.
+        """
         bad_utf8: Counter[str] = Counter()
 
-        def job(sql: str | None) -> pa.Table:
-            raw = schema.empty_table() if sql is None else self._read_arrow(sql, schema)
-            restored = _restore_columns(raw, columns, with_rowid, table, bad_utf8)
-            return transform(restored) if transform is not None else restored
+        def jobs() -> Iterator[tuple[int, Callable[[], pa.Table]]]:
+            for index, read in enumerate(reads):
+                schema, slices, _, _, _ = self._plan(
+                    read.table, read.columns, read.with_rowid, read.where
+                )
+                for sql in slices or [None]:
+                    yield index, functools.partial(self._read_slice, read, schema, sql, bad_utf8)
 
-        if not slices:
-            yield job(None)
-            return
-        workers = max(1, min(len(slices), workers or os.cpu_count() or 1))
-        todo = iter(slices)
-        pending: deque[Future[pa.Table]] = deque()
+        workers = max(1, workers or os.cpu_count() or 1)
+        todo = jobs()
+        pending: deque[tuple[int, Future[pa.Table]]] = deque()
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="specnsys-read")
         try:
-            for sql in todo:
-                pending.append(pool.submit(job, sql))
+            for index, job in todo:
+                pending.append((index, pool.submit(job)))
                 if len(pending) >= workers + PREFETCH_EXTRA:
                     break
             while pending:
-                result = pending.popleft().result()
+                index, future = pending.popleft()
+                result = future.result()
                 following = next(todo, None)
                 if following is not None:
-                    pending.append(pool.submit(job, following))
-                yield result
+                    pending.append((following[0], pool.submit(following[1])))
+                yield index, result
         finally:
-            for future in pending:
+            for _, future in pending:
                 future.cancel()
             pool.shutdown(wait=True)
         for column, bad in bad_utf8.items():
@@ -292,6 +321,14 @@ class SqliteExport:
                 _warning_category(),
                 stacklevel=2,
             )
+
+    def _read_slice(
+        self, read: SliceRead, schema: pa.Schema, sql: str | None, bad_utf8: Counter[str]
+    ) -> pa.Table:
+        """One slice of *read* (*sql* None: the empty table), restored and transformed."""
+        raw = schema.empty_table() if sql is None else self._read_arrow(sql, schema)
+        restored = _restore_columns(raw, read.columns, read.with_rowid, read.table, bad_utf8)
+        return read.transform(restored) if read.transform is not None else restored
 
     def _plan(
         self, table: str, columns: Sequence[RawColumn], with_rowid: bool, where: str | None = None
