@@ -207,6 +207,39 @@ def test_kernel_without_runtime_row_is_unattributed_gpu(tmp_path: Path) -> None:
     assert pb.frame["phase"].to_list()[-1] == "unattributed_gpu"
 
 
+@pytest.mark.parametrize("packable", [True, False])
+def test_ops_match_their_call_by_process_and_id_whatever_the_ids(
+    tmp_path: Path, packable: bool
+) -> None:
+    """Across processes an op is matched to its call by (pid, correlation id), packed into one
+    integer when every call's pair packs (ids in [0, 2**32)). Ids outside that range must
+    neither match a wrong call (-2**32 + 5 in process 2 packs like 5 in process 1 would) nor
+    be lost: with a call whose id does not pack, the two-column join takes over."""
+    b = _builder()
+    b.process(2, "worker")
+    b.thread(2, 1, "main")
+    b.domain(1, "specnsys", pid=2, tid=1)
+    _request(b, 0, 100)
+    _pp(b, 0, 50, "draft")
+    _pp(b, 50, 100, "verify")
+    _pp(b, 0, 100, "verify", pid=2)
+    b.runtime(10, 12, "cudaLaunchKernel", 5)  # pid 1, draft
+    b.runtime(60, 62, "cudaLaunchKernel", 7, pid=2)  # pid 2, verify
+    b.kernel(20, 30, "mine", 5)
+    b.kernel(30, 40, "other process, id 7", 7, pid=2)
+    b.kernel(40, 45, "wrapped id", 5 - (1 << 32), pid=2)  # must not match pid 1's id 5
+    if not packable:
+        b.runtime(70, 72, "cudaLaunchKernel", (1 << 32) + 9)  # an id no packing can hold
+        b.kernel(80, 90, "big id", (1 << 32) + 9)
+    with _open(b, tmp_path) as t:
+        ops = gpu_ops_with_phase(t).sort("start")
+    want = [("mine", "draft", 10), ("other process, id 7", "verify", 60), ("wrapped id", None, None)]
+    if not packable:
+        want.append(("big id", "verify", 70))
+    got = list(zip(ops["name"], ops["phase"], ops["api_start"], strict=True))
+    assert got == [(n, p or "unattributed_gpu", a) for n, p, a in want]
+
+
 def test_shared_correlation_id_goes_to_the_earliest_call(tmp_path: Path) -> None:
     """Two API calls of one process with one correlation id (a malformed export): the op
     belongs to the earlier call, once, in both the full and the lean attribution paths."""

@@ -157,28 +157,38 @@ def attributed_gpu_ops(
         runtime = attributed_runtime(trace, index, pid, details=details)
     calls = _launching_calls(runtime, launched_between)
     wanted = None if launched_between is None else calls["rt_corr"].unique()
-    # one process: its ids alone are the key (a one-column hash join is much cheaper)
-    keys = (
-        {"left_on": ["correlation_id"], "right_on": ["rt_corr"]}
-        if pid is not None
-        else {"left_on": ["pid", "correlation_id"], "right_on": ["rt_pid", "rt_corr"]}
-    )
-    right = keys["right_on"]
+    # One process: its ids alone are the key (a one-column hash join is much cheaper). Every
+    # process: (pid, id) packed into one integer when every call's pair packs.
+    packed = pid is None and _packs(calls)
+    if packed:
+        calls = calls.with_columns(_packed_key("rt_pid", "rt_corr"))
+        keys = {"on": _KEY}
+    elif pid is not None:
+        keys = {"left_on": ["correlation_id"], "right_on": ["rt_corr"]}
+    else:
+        keys = {"left_on": ["pid", "correlation_id"], "right_on": ["rt_pid", "rt_corr"]}
+    right = [_KEY] if packed else keys["right_on"]
     distinct = calls.select(pl.struct(right).n_unique() if len(right) > 1 else pl.col(right[0]).n_unique())
     if int(distinct.item()) != calls.height:  # an id shared by several calls: the first wins
         if "api_end" not in calls.columns:  # a lean frame: the order needs every column (rare)
             full = attributed_runtime(trace, index, pid, details=True)
             calls = _launching_calls(full, launched_between)
+            if packed:
+                calls = calls.with_columns(_packed_key("rt_pid", "rt_corr"))
         calls = calls.sort(["api_start", "api_end", "api_global_tid"]).unique(
             subset=right, keep="first", maintain_order=True
         )
         if not details:
             calls = calls.select(*right, "api_start", "phase")
+    ops = _ops(trace, pid, window, details, wanted)
+    if packed:  # the same columns come out as from the two-column join
+        ops = ops.with_columns(_packed_key("pid", "correlation_id"))
+        calls = calls.drop("rt_pid", "rt_corr", strict=False)
     # The ops are scanned, joined and labelled in one streaming plan: the op table is never
     # held whole beside its joined copy.
     return (
-        _ops(trace, pid, window, details, wanted)
-        .join(calls.lazy(), how="left", **keys, maintain_order="left")
+        ops.join(calls.lazy(), how="left", **keys, maintain_order="left")
+        .drop(_KEY, strict=False)
         .with_columns(
             pl.when(pl.col("api_start").is_null())
             .then(pl.lit(UNATTRIBUTED_GPU, pl.Categorical))
@@ -188,6 +198,29 @@ def attributed_gpu_ops(
         .select(pl.all() if details else pl.col("op_kind", "start", "end", "phase"))
         .collect(engine="streaming")
     )
+
+
+#: The packed (pid, correlation id) join key: ``pid * 2**32 + id``, one-to-one while ids lie in
+#: [0, 2**32) (CUPTI's are 32-bit) and pids in [0, 2**31) (decoded pids have 24 bits). Joining
+#: 20M GPU ops with 22M calls on it took 4.8-5.9 s, on the two columns 7.8-11.1 s.
+_KEY = "__pid_correlation"
+_ID_LIMIT = 1 << 32
+_PID_LIMIT = 1 << 31
+
+
+def _packed_key(pid: str, correlation_id: str) -> pl.Expr:
+    """The packed key of columns *pid* and *correlation_id*; null for a pair outside the
+    packable ranges (it then matches nothing: every call's pair packs, see :func:`_packs`)."""
+    p, c = pl.col(pid), pl.col(correlation_id)
+    packs = p.is_between(0, _PID_LIMIT - 1) & c.is_between(0, _ID_LIMIT - 1)
+    return pl.when(packs).then(p * _ID_LIMIT + c).otherwise(None).alias(_KEY)
+
+
+def _packs(calls: pl.DataFrame) -> bool:
+    """Whether every call's (pid, correlation id) has a packed key (no NULLs, in range)."""
+    p, c = pl.col("rt_pid"), pl.col("rt_corr")
+    ok = (p.is_between(0, _PID_LIMIT - 1) & c.is_between(0, _ID_LIMIT - 1)).fill_null(False)
+    return bool(calls.select(ok.all()).item())
 
 
 def _launching_calls(
