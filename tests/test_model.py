@@ -390,3 +390,20 @@ def test_column_types_never_depend_on_the_first_rows(tmp_path: Path) -> None:
     ]
     assert got.slice(0, 5000).column("s").null_count == 5000
     assert few.column("i").to_pylist() == [3, 0] and few.column_names[0] == "s"
+
+
+def test_export_path_with_uri_characters_opens(tmp_path: Path) -> None:
+    """The bulk reader gets the export as a percent-encoded read-only URI inside another
+    connection string: spaces, %, ?, # and non-ASCII letters in the folder and file names must
+    reach SQLite intact (a mangled name is a missing file, or a new empty one)."""
+    import shutil
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "spec_chat_c4_k4.sqlite"
+    odd = tmp_path / "we ird%25 dir?#ü" / "t %3F?#é.sqlite"
+    odd.parent.mkdir()
+    shutil.copyfile(sample, odd)
+    before = sorted(p.name for p in odd.parent.iterdir())
+    with specnsys.open(odd, use_cache=False) as got, specnsys.open(sample, use_cache=False) as ref:
+        assert got.summary.row_counts == ref.summary.row_counts
+        assert got.summary.row_counts["kernels"] + got.summary.row_counts["nvtx"] > 0
+    assert sorted(p.name for p in odd.parent.iterdir()) == before
