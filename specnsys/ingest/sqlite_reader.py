@@ -7,18 +7,19 @@ it, so that a truncated copy or a file of another kind gets a clear one-line err
 Bulk reads use connectorx, which steps SQLite and fills Arrow arrays in Rust without creating
 a Python object per value, with the GIL released (so rowid slices read on all cores). It
 costs 20-40% less CPU per value than Arrow's own SQLite driver (ADBC), measured on the
-2-million-kernel bench export (about 77 ns per value, against 44 ns for SQLite totalling it). Its connection string carries the whole ``mode=ro&immutable=1``
-URI, percent-encoded, so the file is opened ``O_RDONLY`` without locks. connectorx infers a
-column's type from the first row, so every column is read through an explicit ``CAST`` and each
-query starts with one typed row of constants (dropped after the read): the Arrow type never
-depends on the data. Text is read as ``BLOB`` (SQLite hands over its bytes as stored) and
+2-million-kernel bench export (about 77 ns per value, against 44 ns for SQLite totalling it).
+Its connection string carries the whole ``mode=ro&immutable=1`` URI, percent-encoded, so the
+file is opened ``O_RDONLY`` without locks. connectorx infers a column's type from the first
+row, so every column is read through an explicit ``CAST`` and each query starts with one typed
+row of constants (dropped after the read): the Arrow type never depends on the data. Text is read as ``BLOB`` (SQLite hands over its bytes as stored) and
 decoded here, because a TEXT read of invalid UTF-8 fails the whole query. Each value still
 costs the reader tens of nanoseconds, NULL or not, so columns the model only ever coalesces
 are coalesced inside SQLite and read as one (see :class:`RawColumn`).
 
-Big tables are never read whole: :meth:`SqliteExport.iter_slices` cuts a table into rowid
-slices, reads (and optionally transforms) a few of them ahead on a thread pool and hands them
-over in rowid order, so memory stays at a few slices whatever the size of the export.
+Big tables are never read whole: :meth:`SqliteExport.iter_reads` cuts each table into rowid
+slices, reads (and optionally transforms) a few of them ahead on one thread pool shared by
+all the tables and hands them over in order, so memory stays at a few slices whatever the size
+of the export.
 """
 
 from __future__ import annotations
