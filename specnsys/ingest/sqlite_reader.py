@@ -290,9 +290,7 @@ class SqliteExport:
 
         def jobs() -> Iterator[tuple[int, Callable[[], pa.Table]]]:
             for index, read in enumerate(reads):
-                schema, slices, _, _, _ = self._plan(
-                    read.table, read.columns, read.with_rowid, read.where
-                )
+                schema, slices = self._plan(read.table, read.columns, read.with_rowid, read.where)
                 for sql in slices or [None]:
                     yield index, functools.partial(self._read_slice, read, schema, sql, bad_utf8)
 
@@ -333,8 +331,8 @@ class SqliteExport:
 
     def _plan(
         self, table: str, columns: Sequence[RawColumn], with_rowid: bool, where: str | None = None
-    ) -> tuple[pa.Schema, list[str], int, Sequence[RawColumn], bool]:
-        """(raw schema, slice queries, estimated rows, columns, with_rowid) for one request.
+    ) -> tuple[pa.Schema, list[str]]:
+        """(raw schema, slice queries) for one request.
 
         Every query starts with one row of typed constants (``UNION ALL`` keeps it first),
         which fixes the type connectorx infers for each column however many NULLs follow; the
@@ -359,7 +357,7 @@ class SqliteExport:
             schema_fields.append(pa.field(col.name, _raw_arrow_type(col.kind)))
         schema = pa.schema(schema_fields)
         if table not in self._tables or not select:
-            return schema, [], 0, columns, with_rowid
+            return schema, []
         condition = f" AND ({where})" if where else ""
         base = (
             f"SELECT {', '.join(typed_row)} UNION ALL "
@@ -372,19 +370,19 @@ class SqliteExport:
             f"SELECT (SELECT min(rowid) FROM {_quote(table)}), (SELECT max(rowid) FROM {_quote(table)})"
         )[0]
         if lo is None:
-            return schema, [base], 0, columns, with_rowid
+            return schema, [base]
         lo, hi = int(lo), int(hi)
         span = hi - lo + 1
         n = max(1, -(-span // SLICE_ROWS))
         if n == 1:
-            return schema, [base], span, columns, with_rowid
+            return schema, [base]
         edges = [lo + span * k // n for k in range(n + 1)]
         edges[-1] = hi + 1
         slices = [
             f"{base} AND rowid >= {a} AND rowid < {b}"
             for a, b in zip(edges, edges[1:], strict=False)
         ]
-        return schema, slices, span, columns, with_rowid
+        return schema, slices
 
     def _read_arrow(self, sql: str, schema: pa.Schema) -> pa.Table:
         import connectorx
