@@ -225,3 +225,50 @@ def test_cli_rules_file_and_errors(tmp_path: Path) -> None:
         )  # fmt: skip
         assert out.returncode == 2
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+# Patterns that match fixed strings compile to ``IN``; every other one stays a regex. Texts
+# chosen to catch a wrong rewrite: prefixes, suffixes, a trailing newline (``$`` in RE2 is the
+# end of the text only), case, the escaped characters themselves, an empty text, NULL.
+_TEXTS = [
+    "decode", "decode\n", "Decode", " decode", "decodex", "xdecode", "kv", "a", "b", "ab", "a|b",
+    "a.b", "axb", "a\\", "a$", "spec_decode.verify", "spec_decodeXverify", "", None,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pattern", "exact"),
+    [
+        ("^(decode|kv)$", True),
+        ("^decode$", True),
+        (r"^spec_decode\.verify$", True),
+        (r"^(a\.b|a\\)$", True),
+        ("^(ab)$", True),
+        ("^a|b$", False),  # "^a" or "b$": a rewrite to IN ('a', 'b') would be wrong
+        (r"^(a\|b)$", False),
+        (r"^a\$", False),
+        ("^decode", False),
+        ("decode$", False),
+        ("^(a)(b)$", False),
+        (r"^\w+$", False),
+        ("^(?i)decode$", False),
+    ],
+)
+def test_fixed_string_patterns_match_exactly_what_the_regex_matches(
+    pattern: str, exact: bool
+) -> None:
+    import duckdb
+
+    from specnsys.attribution.rules import _match_sql
+
+    sql = _match_sql("t", pattern)
+    assert sql.startswith("t IN (") == exact, sql
+    con = duckdb.connect()
+    con.execute("CREATE TABLE x (i INTEGER, t VARCHAR)")
+    con.executemany("INSERT INTO x VALUES (?, ?)", list(enumerate(_TEXTS)))
+    ours = con.execute(f"SELECT i, coalesce({sql}, false) FROM x ORDER BY i").fetchall()
+    regex = con.execute(
+        "SELECT i, coalesce(regexp_matches(t, ?), false) FROM x ORDER BY i", [pattern]
+    ).fetchall()
+    assert ours == regex
+    assert any(hit for _, hit in regex)  # each pattern matches something: the check has teeth

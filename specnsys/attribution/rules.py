@@ -35,6 +35,7 @@ The rules compile to one SQL ``CASE`` over the ``nvtx`` model table (DuckDB's RE
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -104,9 +105,9 @@ class PhaseRules:
         for rule in self.rules:
             conds = [f"{text} IS NOT NULL"]
             if rule.name is not None:
-                conds.append(f"regexp_matches({text}, {_literal(rule.name)})")
+                conds.append(_match_sql(text, rule.name))
             if rule.domain is not None:
-                conds.append(f"regexp_matches(coalesce({domain}, ''), {_literal(rule.domain)})")
+                conds.append(_match_sql(f"coalesce({domain}, '')", rule.domain))
             target = _literal(rule.phase)
             if rule.phase == NAME_PLACEHOLDER:
                 target = text
@@ -120,6 +121,36 @@ class PhaseRules:
 
 def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+#: One alternative of a pattern that matches a fixed string: letters, digits, ``_`` and
+#: backslash-escaped ASCII punctuation (what :func:`_re2_escape` writes), nothing else.
+_PLAIN_ALTERNATIVE = re.compile(r"(?:[A-Za-z0-9_]|\\[!-/:-@\[-`{-~])+")
+
+
+def _exact_strings(pattern: str) -> list[str] | None:
+    """The strings an anchored pattern of literals (``^name$``, ``^(a|b|c)$``) matches, or
+    None for any other pattern. RE2's ``$`` (without the multi-line flag) matches only at the
+    end of the text, so such a pattern matches exactly these strings."""
+    if len(pattern) < 3 or pattern[0] != "^" or pattern[-1] != "$":
+        return None
+    body = pattern[1:-1]
+    grouped = body.startswith("(") and body.endswith(")")
+    alternatives = (body[1:-1] if grouped else body).split("|")
+    if len(alternatives) > 1 and not grouped:
+        return None  # "^a|b$" is "^a" or "b$", not "a" or "b"
+    if not all(_PLAIN_ALTERNATIVE.fullmatch(a) for a in alternatives):
+        return None  # also refuses an escaped "$" or "|" split apart: a backslash must pair
+    return [re.sub(r"\\(.)", r"\1", a) for a in alternatives]
+
+
+def _match_sql(column: str, pattern: str) -> str:
+    """SQL testing *column* against the RE2 *pattern*: ``IN`` (a third of the cost on a
+    million ranges) when the pattern only matches fixed strings, as the default rules' do."""
+    exact = _exact_strings(pattern)
+    if exact is None:
+        return f"regexp_matches({column}, {_literal(pattern)})"
+    return f"{column} IN ({', '.join(_literal(v) for v in exact)})"
 
 
 def default_rules(phases: Sequence[str] = PHASES, domain: str = DOMAIN) -> PhaseRules:
