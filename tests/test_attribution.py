@@ -314,6 +314,33 @@ def test_window_without_requests_spans_ranges_and_gpu_ops(tmp_path: Path) -> Non
     assert _by_phase(pb)["draft"]["wall_ns"] == 160
 
 
+@pytest.mark.parametrize(
+    ("requests", "window"),
+    [
+        ([(100, 400), (500, 300)], (100, 400)),  # one ends before it starts: ignored
+        ([(50, 10), (100, 400)], (100, 400)),  # ignored, though it starts first
+        ([(100, 400), (500, None)], (100, 1000)),  # one never ends: it runs to the span's end
+        ([(100, 1200), (500, None)], (100, 1200)),  # a closed one past every other event
+        ([(100, 400), (500, 700)], (100, 700)),  # well-formed: the requests alone
+        ([(300, 200), (150, 120)], (0, 0)),  # only backwards requests, nothing else: empty
+    ],
+)
+def test_window_with_malformed_request_ranges(
+    tmp_path: Path, requests: list[tuple[int, int | None]], window: tuple[int, int]
+) -> None:
+    b = _builder()
+    for start, end in requests:
+        b.start_end(start, end, "request", pid=1, tid=1, domain_id=1)
+    if window != (0, 0):
+        _pp(b, 120, 380, "draft")
+        b.runtime(130, 132, "cudaLaunchKernel", 1)
+        b.kernel(900, 1000, "k", 1)  # the last event of the process (but for a request)
+    with _open(b, tmp_path) as t:
+        pb = exclusive_phase_times(t)
+    assert (pb.window_start_ns, pb.window_end_ns) == window
+    _check_invariants(pb)
+
+
 def test_cpu_only_trace(tmp_path: Path) -> None:
     b = _builder()
     _request(b, 0, 100)

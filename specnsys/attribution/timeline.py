@@ -158,6 +158,19 @@ def _choose_pid(trace: Trace, rules: PhaseRules) -> int | None:
 def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
     if pid is None:
         return 0, 0
+    # The request ranges set the window (one ending before it starts is ignored, as every
+    # backwards range is); the span of everything, a scan of every GPU op, is only needed
+    # without them or to close a request that never ended.
+    req = _one(
+        trace,
+        f"""SELECT min(s), max(e), count(*), count(*) - count(e)
+            FROM ({mapped_nvtx_sql(rules)})
+            WHERE pid = $pid AND phase = '{REQUEST}' AND (e IS NULL OR e >= s)""",
+        {"pid": pid},
+    )
+    requests = req is not None and req[2] > 0
+    if requests and not req[3]:
+        return int(req[0]), int(req[1])
     span = _one(
         trace,
         f"""SELECT min(s), max(e) FROM (
@@ -171,14 +184,8 @@ def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]
     if span is None or span[0] is None:
         return 0, 0
     span_start, span_end = int(span[0]), int(span[1])
-    req = _one(
-        trace,
-        f"""SELECT min(s), max(coalesce(e, $span_end)), count(*)
-            FROM ({mapped_nvtx_sql(rules)}) WHERE pid = $pid AND phase = '{REQUEST}'""",
-        {"pid": pid, "span_end": span_end},
-    )
-    if req is not None and req[2]:
-        return int(req[0]), max(int(req[0]), int(req[1]))
+    if requests:  # an unclosed request runs to the end of the span (which holds every request)
+        return int(req[0]), span_end
     return span_start, span_end
 
 
