@@ -181,7 +181,17 @@ def lookup_phase(
         "phase",
     )
     known = lazy.filter(keyed).sort(t)
-    if gtid is None:
+    threads = change_points["gtid"].unique()
+    if gtid is not None and threads.len() == 1:
+        # One thread has phase ranges (the usual loop): a plain as-of join, half the cost of a
+        # grouped one; points of other threads then get no phase, as the grouped join gives.
+        joined = known.join_asof(
+            cp.drop("_cp_gtid"), left_on=t, right_on="_cp_t", strategy="backward",
+            check_sortedness=False,
+        ).with_columns(
+            pl.when(pl.col(gtid) == threads[0]).then(pl.col("phase")).alias("phase")
+        )  # fmt: skip
+    elif gtid is None:
         joined = known.join_asof(
             cp.drop("_cp_gtid"), left_on=t, right_on="_cp_t", strategy="backward",
             check_sortedness=False,
