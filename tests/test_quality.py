@@ -1,4 +1,4 @@
-"""Data-quality notes on GPU ops and their launching calls."""
+"""Data-quality notes on GPU ops and their launching calls, on both counting paths."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import specnsys
-from specnsys.ingest.quality import _CHECKS, data_warnings
+from specnsys.ingest.quality import _CHECKS, _launch_counts, data_warnings
 from specnsys.testing import NsysExportBuilder
 
 
@@ -16,7 +16,8 @@ def test_unlaunched_ops_and_shared_ids_are_counted_per_process(
     tmp_path: Path, big_id: bool
 ) -> None:
     """Ops match calls on (pid, correlation id), whatever the ids: an id of another process,
-    one that would wrap onto another process's id if packed into 64 bits, one beyond 2**32."""
+    one that would wrap onto another process's id if packed into 64 bits, one beyond 2**32.
+    Counted on the packed key when every call packs, else in SQL; both agree with the SQL."""
     b = NsysExportBuilder()
     for pid in (1, 2):
         b.process(pid, f"p{pid}")
@@ -24,6 +25,9 @@ def test_unlaunched_ops_and_shared_ids_are_counted_per_process(
     b.runtime(10, 12, "cudaLaunchKernel", 1)
     b.runtime(20, 22, "cudaLaunchKernel", 2)
     b.runtime(30, 32, "cudaLaunchKernel", 2)  # id 2 shared by two calls of process 1
+    for t in (33, 35, 37):  # and id 6 by three calls, written apart from each other
+        b.runtime(t, t + 1, "cudaLaunchKernel", 6)
+        b.runtime(t + 1, t + 2, "cudaLaunchKernel", t)
     b.runtime(40, 42, "cudaMemcpyAsync", 3, pid=2)
     b.runtime(45, 47, "cudaLaunchKernel", 4, event_class=67)  # a backtrace-class row: no call
     b.kernel(50, 60, "launched", 1)
@@ -38,14 +42,16 @@ def test_unlaunched_ops_and_shared_ids_are_counted_per_process(
         b.runtime(120, 122, "cudaLaunchKernel", (1 << 32) + 5)  # an id no packing holds
         b.kernel(130, 140, "big id", (1 << 32) + 5)
     with specnsys.open(b.write(tmp_path / "t.sqlite"), use_cache=False) as trace:
+        packed = _launch_counts(trace)
         notes = data_warnings(trace)
         sql = {
             name: trace.connection.execute(_CHECKS[name][0]).fetchall()[0][0]
             for name in ("gpu_unlaunched", "shared_correlation")
         }
-    assert sql == {"gpu_unlaunched": 5, "shared_correlation": 1}
+    assert sql == {"gpu_unlaunched": 5, "shared_correlation": 2}
+    assert packed == (None if big_id else sql)
     assert any(n.startswith("5 GPU operation(s) have no launching CUDA API call") for n in notes)
-    assert any(n.startswith("1 correlation id(s) are shared") for n in notes)
+    assert any(n.startswith("2 correlation id(s) are shared") for n in notes)
 
 
 def test_no_launching_call_flags_no_op(tmp_path: Path) -> None:
@@ -56,4 +62,5 @@ def test_no_launching_call_flags_no_op(tmp_path: Path) -> None:
     b.push_pop(0, 100, "x", pid=1, tid=1)
     b.kernel(10, 20, "k", 1)
     with specnsys.open(b.write(tmp_path / "t.sqlite"), use_cache=False) as trace:
+        assert _launch_counts(trace) == {"gpu_unlaunched": 0, "shared_correlation": 0}
         assert not any("launch" in n for n in data_warnings(trace))
