@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from specnsys.annotate import DOMAIN
 from specnsys.metrics.amdahl import tau
-from specnsys.metrics.events import Scope, marks
+from specnsys.metrics.events import Scope
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -35,14 +36,29 @@ __all__ = ["acceptance_from_pairs", "acceptance_stats"]
 
 
 def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
-    """(proposed, accepted) pairs, plus the counts of proposed and accepted marks."""
-    m = marks(trace, scope, ("proposed", "accepted")).with_columns(
-        pl.int_range(pl.len()).over("gtid", "name").alias("rank")
+    """(proposed, accepted) pairs, plus the counts of proposed and accepted marks.
+
+    The marks come as a flag and a payload, not their names, and are ordered in Polars: on
+    the 5.8M marks of the largest bench export this is a third cheaper than :func:`marks`'s
+    ordered name strings."""
+    m = (
+        trace.connection.sql(
+            """SELECT id, start AS t, global_tid AS gtid, text = 'proposed' AS is_proposed,
+                      payload_int AS value
+               FROM nvtx
+               WHERE kind = 'mark' AND domain = $domain AND pid = $pid
+                 AND text IN ('proposed', 'accepted') AND payload_int IS NOT NULL
+                 AND start >= $ws AND start <= $we""",
+            params={"domain": DOMAIN, "pid": scope.pid, "ws": scope.start_ns, "we": scope.end_ns},
+        )
+        .pl()
+        .sort("t", "id")  # time order, then emission order on one thread
+        .with_columns(pl.int_range(pl.len()).over("gtid", "is_proposed").alias("rank"))
     )
-    proposed = m.filter(pl.col("name") == "proposed").select(
+    proposed = m.filter(pl.col("is_proposed")).select(
         "gtid", "rank", pl.col("value").alias("proposed")
     )
-    accepted = m.filter(pl.col("name") == "accepted").select(
+    accepted = m.filter(~pl.col("is_proposed")).select(
         "gtid", "rank", pl.col("value").alias("accepted")
     )
     pairs = proposed.join(accepted, on=["gtid", "rank"], how="inner")
