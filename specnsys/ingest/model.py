@@ -25,14 +25,17 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from specnsys.errors import BadInputError
 from specnsys.ingest.sqlite_reader import RawColumn, SliceRead, SqliteExport
+
+if TYPE_CHECKING:  # pyarrow loads when a model is built: a warm run from the cache skips it
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 #: Bump when the model's tables or columns change, so old caches are not reused.
 MODEL_VERSION = 2
@@ -580,6 +583,8 @@ def build_model(
     the model that is returned. An OSError while writing propagates, so the caller can fall
     back to memory.
     """
+    import pyarrow as pa
+
     scratch = _scratch_folder(parquet_folder)
     con = duckdb.connect(config=duckdb_config(export.path.stat().st_size, scratch))
     prep_cursor = con.cursor()
@@ -659,7 +664,7 @@ def _register_small(con: duckdb.DuckDBPyConnection, export: SqliteExport, src: S
 
 
 #: Tables a slice's query joins besides the slice itself, by name, given the slice.
-SliceTables = Callable[[pa.Table], dict[str, pa.Table]]
+SliceTables = Callable[["pa.Table"], dict[str, "pa.Table"]]
 
 
 def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> SliceTables:
@@ -757,6 +762,9 @@ def _row_local_read(
 
 def _write_parquet(slices: Iterable[pa.Table], target: Path) -> None:
     """Write *slices* (same columns) to one Parquet file, a row group per slice, as they come."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     writer: pq.ParquetWriter | None = None
     try:
         for part in slices:

@@ -36,11 +36,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Literal
 
 from specnsys.errors import BadInputError
+
+if TYPE_CHECKING:  # pyarrow loads on the first read: opening a cached model never needs it
+    import pyarrow as pa
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_HEADER_SIZE = 100
@@ -88,11 +89,15 @@ class SliceRead:
 
 
 def _arrow_type(kind: ColumnKind) -> pa.DataType:
+    import pyarrow as pa
+
     return {"int": pa.int64(), "real": pa.float64(), "text": pa.string()}[kind]
 
 
 def _raw_arrow_type(kind: ColumnKind) -> pa.DataType:
     """The type a column arrives in: text as bytes, decoded by :func:`_valid_utf8`."""
+    import pyarrow as pa
+
     return pa.large_binary() if kind == "text" else _arrow_type(kind)
 
 
@@ -246,6 +251,8 @@ class SqliteExport:
     ) -> list[pa.Table]:
         """Read several ``(table, columns, with_rowid)`` requests whole (for small tables, or
         the few rows of a big one that *where*, an SQLite condition, selects)."""
+        import pyarrow as pa
+
         return [
             pa.concat_tables(list(self.iter_slices(table, columns, with_rowid, where=where)))
             for table, columns, with_rowid in requests
@@ -338,6 +345,8 @@ class SqliteExport:
         which fixes the type connectorx infers for each column however many NULLs follow; the
         reader drops it (see :meth:`_read_arrow`).
         """
+        import pyarrow as pa
+
         present = set(self.columns(table))
         select: list[str] = []
         typed_row: list[str] = []
@@ -386,6 +395,7 @@ class SqliteExport:
 
     def _read_arrow(self, sql: str, schema: pa.Schema) -> pa.Table:
         import connectorx
+        import pyarrow as pa
 
         try:
             table = connectorx.read_sql(self._connectorx_uri, sql, return_type="arrow")
@@ -412,6 +422,8 @@ def _restore_columns(
 
     Counts of values that were not valid UTF-8 are added to *bad_utf8* (per ``table.column``).
     """
+    import pyarrow as pa
+
     arrays: list[pa.Array | pa.ChunkedArray] = []
     names: list[str] = []
     if with_rowid:
@@ -440,6 +452,8 @@ def _valid_utf8(values: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
     U+FFFD (the caller warns, once per column), instead of failing the whole ingest later in
     DuckDB or Polars. Returns the values and how many of them had to be fixed.
     """
+    import pyarrow as pa
+
     try:
         return values.cast(pa.string()), 0  # validates: fails on the first invalid value
     except pa.ArrowInvalid:

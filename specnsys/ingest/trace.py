@@ -12,10 +12,10 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import polars as pl
-import pyarrow as pa
 
 from specnsys.errors import UsageError
 from specnsys.ingest import cache
@@ -37,6 +37,9 @@ from specnsys.ingest.schema import (
 )
 from specnsys.ingest.sqlite_reader import SqliteExport, file_identity
 from specnsys.ingest.summary import TraceSummary, summarize
+
+if TYPE_CHECKING:  # pyarrow loads only where a model is built or read as Arrow
+    import pyarrow as pa
 
 
 class Trace:
