@@ -43,6 +43,7 @@ __all__ = [
     "mapped_nvtx_sql",
     "phase_change_points",
     "phase_lookup_sql",
+    "phase_ranges",
     "phase_ranges_sql",
 ]
 
@@ -218,15 +219,24 @@ class PhaseIndex:
     change_points: pl.DataFrame
 
 
+def phase_ranges(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> pl.DataFrame:
+    """The phase ranges of *rules* as a frame: ``id, gtid, pid, s, e, phase, depth``."""
+    return con.sql(f"SELECT id, gtid, pid, s, e, phase, depth FROM ({phase_ranges_sql(rules)})").pl()
+
+
 def create_phase_index(
-    con: duckdb.DuckDBPyConnection, rules: PhaseRules, *, for_sql: bool = False
+    con: duckdb.DuckDBPyConnection,
+    rules: PhaseRules,
+    *,
+    for_sql: bool = False,
+    ranges: pl.DataFrame | None = None,
 ) -> PhaseIndex:
     """Build the change points of *rules* once (registered for :func:`phase_lookup_sql` only
     when *for_sql*: the Arrow copy costs memory on big traces); the caller drops them with
-    :func:`drop_phase_index`."""
-    ranges = con.sql(
-        f"SELECT id, gtid, s, e, phase, depth FROM ({phase_ranges_sql(rules)})"
-    ).pl()
+    :func:`drop_phase_index`. *ranges* is :func:`phase_ranges`'s frame when the caller has
+    read it (for other uses too), else it is read here."""
+    if ranges is None:
+        ranges = phase_ranges(con, rules)
     points = phase_change_points(ranges)
     del ranges
     if not for_sql:

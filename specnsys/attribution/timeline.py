@@ -49,7 +49,7 @@ from specnsys.attribution.phase_map import (
     drop_phase_index,
     lookup_phase,
     mapped_nvtx_sql,
-    phase_ranges_sql,
+    phase_ranges,
 )
 from specnsys.attribution.rules import REQUEST, PhaseRules
 
@@ -138,21 +138,44 @@ _ALL_OPS = """(
 )"""
 
 
-def _choose_pid(trace: Trace, rules: PhaseRules) -> int | None:
+def _choose_pid(trace: Trace, ranges: pl.DataFrame) -> int | None:
+    """The process with the most phase *ranges* (ties: the lowest pid), else with the most
+    GPU ops, else the first with NVTX ranges."""
+    by_pid = ranges.filter(pl.col("pid").is_not_null()).group_by("pid").len()
+    if by_pid.height:
+        return int(by_pid.sort(["len", "pid"], descending=[True, False])["pid"][0])
     row = _one(
         trace,
-        f"SELECT pid FROM ({phase_ranges_sql(rules)}) WHERE pid IS NOT NULL "
+        f"SELECT pid FROM {_ALL_OPS} WHERE pid IS NOT NULL "
         "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
     )
     if row is None:
-        row = _one(
-            trace,
-            f"SELECT pid FROM {_ALL_OPS} WHERE pid IS NOT NULL "
-            "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
-        )
-    if row is None:
         row = _one(trace, "SELECT min(pid) FROM nvtx WHERE kind IN ('push_pop', 'start_end')")
     return None if row is None or row[0] is None else int(row[0])
+
+
+def _driver_thread(ranges: pl.DataFrame, pid: int | None) -> int | None:
+    """The thread of *pid* with the most phase *ranges* (ties: the lowest global tid)."""
+    if pid is None:
+        return None
+    by_thread = ranges.filter(pl.col("pid") == pid).group_by("gtid").len()
+    if by_thread.height == 0:
+        return None
+    return int(by_thread.sort(["len", "gtid"], descending=[True, False])["gtid"][0])
+
+
+def _cpu_ranges(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> pl.DataFrame:
+    """The driver thread's phase ranges clipped to the window ``[ws, we)`` (an unclosed one
+    runs to its end): ``phase, s, e, unclosed``."""
+    end = pl.col("e").fill_null(we)
+    return ranges.filter(
+        (pl.col("gtid") == gtid) & (pl.col("s") < we) & (end > ws)
+    ).select(
+        pl.col("phase").cast(pl.String),
+        pl.max_horizontal("s", pl.lit(ws, _I64)).alias("s"),
+        pl.min_horizontal(end, pl.lit(we, _I64)).alias("e"),
+        pl.col("e").is_null().alias("unclosed"),
+    )
 
 
 def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
@@ -286,9 +309,18 @@ def exclusive_phase_times(
     stored = trace.load_derived("phase_breakdown", key)
     if stored is not None:
         return PhaseBreakdown.from_dict(stored)
-    index = create_phase_index(con, mapping)  # built once, read by every lookup below
+    # The phase ranges are read once: the process, its driver thread and its CPU ranges come
+    # from them, and so does the index every lookup below reads.
+    ranges = phase_ranges(con, mapping)
+    if pid is None:
+        pid = _choose_pid(trace, ranges)
+    ws, we = _window(trace, pid, mapping)
+    gtid = _driver_thread(ranges, pid)
+    cpu_ranges = _cpu_ranges(ranges, gtid, ws, we)
+    index = create_phase_index(con, mapping, ranges=ranges)
+    del ranges
     try:
-        breakdown = _breakdown(trace, mapping, pid, index)
+        breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index)
     finally:
         drop_phase_index(con, index)
     trace.store_derived("phase_breakdown", key, breakdown.to_dict())
@@ -296,29 +328,15 @@ def exclusive_phase_times(
 
 
 def _breakdown(
-    trace: Trace, mapping: PhaseRules, pid: int | None, index: PhaseIndex
+    trace: Trace,
+    mapping: PhaseRules,
+    pid: int | None,
+    window: tuple[int, int],
+    gtid: int | None,
+    cpu_ranges: pl.DataFrame,
+    index: PhaseIndex,
 ) -> PhaseBreakdown:
-    con = trace.connection
-    if pid is None:
-        pid = _choose_pid(trace, mapping)
-    ws, we = _window(trace, pid, mapping)
-    row = None
-    if pid is not None:
-        row = _one(
-            trace,
-            f"SELECT gtid FROM ({phase_ranges_sql(mapping)}) WHERE pid = $pid "
-            "GROUP BY gtid ORDER BY count(*) DESC, gtid LIMIT 1",
-            {"pid": pid},
-        )
-    gtid = None if row is None else int(row[0])
-    window_prm = {"gtid": gtid, "ws": ws, "we": we}
-    cpu_ranges = con.sql(
-        f"""SELECT phase, greatest(s, $ws) AS s, least(coalesce(e, $we), $we) AS e,
-                   e IS NULL AS unclosed
-            FROM ({phase_ranges_sql(mapping)})
-            WHERE gtid = $gtid AND s < $we AND coalesce(e, $we) > $ws""",
-        params=window_prm,
-    ).pl()
+    ws, we = window
     inclusive = cpu_ranges.group_by("phase").agg(
         (pl.col("e") - pl.col("s")).sum().cast(_I64).alias("cpu_inclusive_ns"),
         pl.col("unclosed").sum().cast(_I64).alias("unclosed"),
