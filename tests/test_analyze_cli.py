@@ -238,3 +238,34 @@ def test_warm_analysis_reads_back_exactly_what_the_cold_one_computed(
         assert json.dumps(analyze_trace(trace).to_dict()) == json.dumps(cold)
         with pytest.raises(AssertionError, match="recomputed"):
             analyze_trace(trace, rules="nvtx")
+
+
+def test_json_output_is_the_document_with_long_row_lists_one_row_per_line() -> None:
+    """render_json: the same document back from json.loads (strings that look like its own
+    row placeholders included), long lists of objects one compact row per line, short ones
+    and everything else indented, NaN refused."""
+    import math
+
+    from specnsys.report.analyze_text import ROWS_PER_LINE_FROM, render_json
+
+    tricky = 'q"\n\x00rows-0123456789abcdef0123456789abcdef-0 \\ é'
+    n = ROWS_PER_LINE_FROM + 1
+    doc = {
+        "latency": {
+            "per_request": [{"request_id": i, "ttft_ns": None, "s": tricky} for i in range(n)]
+        },
+        "nested": [[{"k": i} for i in range(n)], [{"k": 0}]],
+        "short": [{"a": 1.5}],
+        "numbers": list(range(n)),
+        "empty": [],
+        "none": {},
+    }
+    text = render_json(doc)
+    assert json.loads(text) == doc
+    lines = text.splitlines()
+    rows = [line for line in lines if line.lstrip().startswith('{"request_id"')]
+    assert len(rows) == n and all(line.startswith("      {") for line in rows)
+    assert '  "short": [\n    {\n      "a": 1.5\n    }\n  ]' in text  # indented as before
+    assert sum(line.strip() == "1," for line in lines) == 1  # numbers: one per line
+    with pytest.raises(ValueError):
+        render_json({"rows": [{"v": math.nan}] * n})

@@ -7,6 +7,8 @@ Pure formatting of the dictionaries the metrics layer computes (``Analysis.to_di
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,44 @@ __all__ = [
 MS = 1e6
 
 
+#: A list of more objects than this is written one compact object per line (render_json).
+ROWS_PER_LINE_FROM = 16
+
+
 def render_json(doc: Any) -> str:
-    """Strict JSON (no NaN/Infinity: the metrics use null for what is not available)."""
-    return json.dumps(doc, indent=2, allow_nan=False)
+    """Strict JSON (no NaN/Infinity: the metrics use null for what is not available), indented
+    by two spaces, except that a long list of objects (the per-request rows, 91k on the
+    largest bench export) has one compact object per line: easier to scan and grep, and
+    faster to write, as Python's indenting encoder is pure Python and the compact one C (the
+    analysis of the 20M-kernel export: 0.29 s against 0.51-0.57 s)."""
+    marker = f"\x00rows-{uuid.uuid4().hex}-"  # cannot occur in the data
+    blocks: list[list[Any]] = []
+
+    def lift(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: lift(v) for k, v in value.items()}
+        if isinstance(value, list):
+            if len(value) > ROWS_PER_LINE_FROM and all(isinstance(v, dict) for v in value):
+                blocks.append(value)
+                return f"{marker}{len(blocks) - 1}"
+            return [lift(v) for v in value]
+        return value
+
+    text = json.dumps(lift(doc), indent=2, allow_nan=False)
+    if not blocks:
+        return text
+    placeholder = re.compile(
+        r'^( *)(.*)"' + re.escape(json.dumps(marker)[1:-1]) + r'(\d+)"', re.MULTILINE
+    )
+
+    compact = json.JSONEncoder(allow_nan=False)  # one encoder for every row
+
+    def rows(match: re.Match[str]) -> str:
+        pad, head, block = match.group(1), match.group(2), blocks[int(match.group(3))]
+        lines = ",\n".join(f"{pad}  {compact.encode(row)}" for row in block)
+        return f"{pad}{head}[\n{lines}\n{pad}]"
+
+    return placeholder.sub(rows, text)
 
 
 def _ms(ns: float | None, digits: int = 3) -> str:
