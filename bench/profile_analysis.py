@@ -98,7 +98,7 @@ class Connection:
     def __getattr__(self, name):
         return getattr(self._con, name)
 
-trace._con = Connection(trace._con)
+trace._con = Connection(trace.connection)  # opened here, then wrapped
 started = time.perf_counter()
 run(trace)
 total = time.perf_counter() - started

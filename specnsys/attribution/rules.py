@@ -41,8 +41,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
 from specnsys.annotate import DOMAIN, PHASES
 from specnsys.errors import BadInputError
 
@@ -281,6 +279,8 @@ def load_rules(path: str | Path) -> PhaseRules:
 
 def _check_regex(pattern: str, label: str) -> None:
     """Refuse a pattern RE2 (DuckDB's engine) cannot compile, before any trace is read."""
+    import duckdb
+
     try:
         duckdb.connect().execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
     except duckdb.Error as exc:

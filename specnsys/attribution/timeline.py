@@ -168,9 +168,8 @@ def _cpu_ranges(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> pl.
     """The driver thread's phase ranges clipped to the window ``[ws, we)`` (an unclosed one
     runs to its end): ``phase, s, e, unclosed``."""
     end = pl.col("e").fill_null(we)
-    return ranges.filter(
-        (pl.col("gtid") == gtid) & (pl.col("s") < we) & (end > ws)
-    ).select(
+    on_driver = pl.col("gtid") == gtid if gtid is not None else pl.lit(False)
+    return ranges.filter(on_driver & (pl.col("s") < we) & (end > ws)).select(
         pl.col("phase").cast(pl.String),
         pl.max_horizontal("s", pl.lit(ws, _I64)).alias("s"),
         pl.min_horizontal(end, pl.lit(we, _I64)).alias("e"),
@@ -295,7 +294,6 @@ def exclusive_phase_times(
     range. The driver thread is its thread with the most phase ranges. See
     :class:`PhaseBreakdown` for the columns.
     """
-    con = trace.connection
     mapping = rules_for(phases, domain, rules)
     # A breakdown is a pure function of the export, the rules and pid: kept beside the cached
     # model, a second analysis of the same unchanged export reads it back (the warm path).
@@ -309,6 +307,7 @@ def exclusive_phase_times(
     stored = trace.load_derived("phase_breakdown", key)
     if stored is not None:
         return PhaseBreakdown.from_dict(stored)
+    con = trace.connection
     # The phase ranges are read once: the process, its driver thread and its CPU ranges come
     # from them, and so does the index every lookup below reads.
     ranges = phase_ranges(con, mapping)

@@ -12,8 +12,6 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-import duckdb
-
 from specnsys.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, SpecnsysError, out_of_memory
 
 _PENDING_WARNINGS: list[str] = []
@@ -73,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _out_of_memory(exc: BaseException) -> int:
+    err = out_of_memory(exc)
+    print(f"specnsys: error: {err}", file=sys.stderr)
+    return err.exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     _PENDING_WARNINGS.clear()
@@ -85,10 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecnsysError as exc:
         print(f"specnsys: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except (MemoryError, duckdb.OutOfMemoryException) as exc:
-        err = out_of_memory(exc)
-        print(f"specnsys: error: {err}", file=sys.stderr)
-        return err.exit_code
+    except MemoryError as exc:
+        return _out_of_memory(exc)
     except KeyboardInterrupt:
         print("specnsys: interrupted", file=sys.stderr)
         return 130
@@ -97,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        duckdb = sys.modules.get("duckdb")  # imported by whatever ran a query, if anything did
+        if duckdb is not None and isinstance(exc, duckdb.OutOfMemoryException):
+            return _out_of_memory(exc)
         if os.environ.get("SPECNSYS_DEBUG"):
             raise
         detail = " ".join(str(exc).split()) or "no message"

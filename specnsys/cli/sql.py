@@ -10,7 +10,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
 from specnsys.errors import UsageError
@@ -37,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import duckdb
+
     if args.format == "parquet" and args.output is None:
         raise UsageError("--format parquet needs -o FILE")
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
 import polars as pl
 
 from specnsys.errors import BadInputError
 from specnsys.ingest.sqlite_reader import RawColumn, SliceRead, SqliteExport
 
-if TYPE_CHECKING:  # pyarrow loads when a model is built: a warm run from the cache skips it
+if TYPE_CHECKING:  # DuckDB and pyarrow load when a model is built: a warm run skips both
+    import duckdb
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -583,6 +583,7 @@ def build_model(
     the model that is returned. An OSError while writing propagates, so the caller can fall
     back to memory.
     """
+    import duckdb
     import pyarrow as pa
 
     scratch = _scratch_folder(parquet_folder)

@@ -29,10 +29,12 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from specnsys.errors import UsageError
+
+if TYPE_CHECKING:
+    import duckdb
 
 #: PRAGMAs that only report on the in-memory catalog or the engine; all others are refused.
 READ_ONLY_PRAGMAS = frozenset(
@@ -102,6 +104,8 @@ def check_read_only(query: str) -> None:
     A query DuckDB cannot parse raises DuckDB's own parser error (the caller reports SQL
     errors); text without any statement passes (there is nothing to run).
     """
+    import duckdb
+
     statements = duckdb.extract_statements(query)
     if len(statements) > 1:
         raise ReadOnlyQueryError(

@@ -7,10 +7,12 @@ instead of producing a number the trace cannot back.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from specnsys.ingest.schema import SchemaVersion
+
+if TYPE_CHECKING:
+    import duckdb
 
 SPAN_TABLES = ("nvtx", "runtime", "kernels", "memcpy", "memset", "graphs", "sync")
 

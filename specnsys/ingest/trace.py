@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
 import polars as pl
 
 from specnsys.errors import UsageError
@@ -38,7 +37,8 @@ from specnsys.ingest.schema import (
 from specnsys.ingest.sqlite_reader import SqliteExport, file_identity
 from specnsys.ingest.summary import TraceSummary, summarize
 
-if TYPE_CHECKING:  # pyarrow loads only where a model is built or read as Arrow
+if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run needs neither)
+    import duckdb
     import pyarrow as pa
 
 
@@ -70,16 +70,11 @@ class Trace:
         self.cache_folder = parquet_folder
         self._arrow = arrow_tables
         try:
-            export_bytes: int | None = path.stat().st_size
+            self._export_bytes: int | None = path.stat().st_size
         except OSError:
-            export_bytes = None
-        self._con = analysis_connection(export_bytes)
-        for name in MODEL_TABLES:
-            if parquet_folder is not None:
-                source = str(parquet_folder / f"{name}.parquet").replace("'", "''")
-                self._con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
-            else:
-                self._con.register(name, arrow_tables[name])
+            self._export_bytes = None
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._closed = False
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -87,7 +82,19 @@ class Trace:
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
-        """The DuckDB connection holding the model's views (for relation chaining)."""
+        """The DuckDB connection holding the model's views (for relation chaining), opened on
+        first use: a command that only reads results stored in the cache never loads DuckDB."""
+        if self._con is None:
+            if self._closed:
+                raise UsageError(f"the trace {self.path} is closed")
+            con = analysis_connection(self._export_bytes)
+            for name in MODEL_TABLES:
+                if self.cache_folder is not None:
+                    source = str(self.cache_folder / f"{name}.parquet").replace("'", "''")
+                    con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
+                else:
+                    con.register(name, self._arrow[name])  # type: ignore[index]
+            self._con = con
         return self._con
 
     def sql(self, query: str) -> duckdb.DuckDBPyRelation:
@@ -97,7 +104,7 @@ class Trace:
         :class:`~specnsys.ingest.readonly_sql.ReadOnlyQueryError`; see that module.
         """
         check_read_only(query)
-        return self._con.sql(query)
+        return self.connection.sql(query)
 
     def table(self, name: str) -> pl.LazyFrame:
         """One model table as a Polars LazyFrame over the same columnar data as ``sql()``."""
@@ -133,7 +140,9 @@ class Trace:
             raise UsageError(f"no table {name!r}; the model has: {', '.join(MODEL_TABLES)}")
 
     def close(self) -> None:
-        self._con.close()
+        self._closed = True
+        if self._con is not None:
+            self._con.close()
 
     def __enter__(self) -> Trace:
         return self
@@ -156,6 +165,8 @@ def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConne
     limit of 2 GB instead of DuckDB's default cut the analysis' peak RSS from 5.6 to 2.2 GB
     for 26% more time.
     """
+    import duckdb
+
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     if export_bytes is not None:
