@@ -39,8 +39,8 @@ def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
     """(proposed, accepted) pairs, plus the counts of proposed and accepted marks.
 
     The marks come as a flag and a payload, not their names, and are ordered in Polars: on
-    the 5.8M marks of the largest bench export this is a third cheaper than :func:`marks`'s
-    ordered name strings."""
+    the 585k marks of the 2M-kernel bench export 0.11 s against 0.17 s through
+    :func:`~specnsys.metrics.events.marks` (names as strings, ordered in SQL)."""
     m = (
         trace.connection.sql(
             """SELECT id, start AS t, global_tid AS gtid, text = 'proposed' AS is_proposed,
