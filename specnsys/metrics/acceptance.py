@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from specnsys.annotate import DOMAIN
 from specnsys.metrics.amdahl import tau
-from specnsys.metrics.events import Scope
+from specnsys.metrics.events import Scope, marks_relation
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -41,16 +40,11 @@ def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
     The marks come as a flag and a payload, not their names, and are ordered in Polars: on
     the 585k marks of the 2M-kernel bench export 0.11 s against 0.17 s through
     :func:`~specnsys.metrics.events.marks` (names as strings, ordered in SQL)."""
+    columns = (
+        "id, start AS t, global_tid AS gtid, text = 'proposed' AS is_proposed, payload_int AS value"
+    )
     m = (
-        trace.connection.sql(
-            """SELECT id, start AS t, global_tid AS gtid, text = 'proposed' AS is_proposed,
-                      payload_int AS value
-               FROM nvtx
-               WHERE kind = 'mark' AND domain = $domain AND pid = $pid
-                 AND text IN ('proposed', 'accepted') AND payload_int IS NOT NULL
-                 AND start >= $ws AND start <= $we""",
-            params={"domain": DOMAIN, "pid": scope.pid, "ws": scope.start_ns, "we": scope.end_ns},
-        )
+        marks_relation(trace, scope, ("proposed", "accepted"), columns)
         .pl()
         .sort("t", "id")  # time order, then emission order on one thread
         .with_columns(pl.int_range(pl.len()).over("gtid", "is_proposed").alias("rank"))

@@ -23,10 +23,12 @@ from specnsys.attribution.phase_map import (
 )
 
 if TYPE_CHECKING:
+    import duckdb
+
     from specnsys.attribution import PhaseBreakdown, PhaseRules
     from specnsys.ingest import Trace
 
-__all__ = ["Scope", "mark_phases", "marks", "range_counts", "resolve"]
+__all__ = ["Scope", "mark_phases", "marks", "marks_relation", "range_counts", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -74,19 +76,18 @@ def range_counts(trace: Trace, scope: Scope) -> dict[str, int]:
     return {str(p): int(n) for p, n in rows}
 
 
-def marks(trace: Trace, scope: Scope, names: tuple[str, ...]) -> pl.DataFrame:
-    """Integer marks of the ``specnsys`` domain named one of *names* in the window.
-
-    Columns ``id``, ``name``, ``value`` (the payload), ``t``, ``gtid``; ordered by time then
-    export row, which is emission order on one thread.
-    """
+def marks_relation(
+    trace: Trace, scope: Scope, names: tuple[str, ...], columns: str, order: str = ""
+) -> duckdb.DuckDBPyRelation:
+    """*columns* (SQL over ``nvtx``) of the integer marks of the ``specnsys`` domain named one
+    of *names* in the window, with ``ORDER BY`` *order* when given."""
     return trace.connection.sql(
-        """SELECT id, text AS name, payload_int AS value, start AS t, global_tid AS gtid
-           FROM nvtx
-           WHERE kind = 'mark' AND domain = $domain AND pid = $pid
-             AND list_contains($names, text) AND payload_int IS NOT NULL
-             AND start >= $ws AND start <= $we
-           ORDER BY start, id""",
+        f"""SELECT {columns}
+            FROM nvtx
+            WHERE kind = 'mark' AND domain = $domain AND pid = $pid
+              AND list_contains($names, text) AND payload_int IS NOT NULL
+              AND start >= $ws AND start <= $we
+            {f"ORDER BY {order}" if order else ""}""",
         params={
             "domain": DOMAIN,
             "pid": scope.pid,
@@ -94,7 +95,17 @@ def marks(trace: Trace, scope: Scope, names: tuple[str, ...]) -> pl.DataFrame:
             "ws": scope.start_ns,
             "we": scope.end_ns,
         },
-    ).pl()
+    )
+
+
+def marks(trace: Trace, scope: Scope, names: tuple[str, ...]) -> pl.DataFrame:
+    """Integer marks of the ``specnsys`` domain named one of *names* in the window.
+
+    Columns ``id``, ``name``, ``value`` (the payload), ``t``, ``gtid``; ordered by time then
+    export row, which is emission order on one thread.
+    """
+    columns = "id, text AS name, payload_int AS value, start AS t, global_tid AS gtid"
+    return marks_relation(trace, scope, names, columns, order="start, id").pl()
 
 
 def mark_phases(trace: Trace, scope: Scope, name: str) -> pl.DataFrame:
