@@ -11,8 +11,9 @@ costs 20-40% less CPU per value than Arrow's own SQLite driver (ADBC), measured 
 Its connection string carries the whole ``mode=ro&immutable=1`` URI, percent-encoded, so the
 file is opened ``O_RDONLY`` without locks. connectorx infers a column's type from the first
 row, so every column is read through an explicit ``CAST`` and each query starts with one typed
-row of constants (dropped after the read): the Arrow type never depends on the data. Text is read as ``BLOB`` (SQLite hands over its bytes as stored) and
-decoded here, because a TEXT read of invalid UTF-8 fails the whole query. Each value still
+row of constants (dropped after the read): the Arrow type never depends on the data. Text is
+read as ``BLOB`` (SQLite hands over its bytes as stored) and decoded here, because a TEXT read
+of invalid UTF-8 fails the whole query. Each value still
 costs the reader tens of nanoseconds, NULL or not, so columns the model only ever coalesces
 are coalesced inside SQLite and read as one (see :class:`RawColumn`).
 
