@@ -126,6 +126,53 @@ def test_runtime_names_and_backtrace_rows(trace: specnsys.Trace) -> None:
     ]
 
 
+def test_names_and_ids_that_resolve_to_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runtime calls and kernels are normalized in Arrow (not SQL): a string id that is not in
+    StringIds (a negative one too) and a NULL global id must give NULLs as the LEFT JOIN and
+    the SQL arithmetic do, and each slice must strip version suffixes of its own names
+    (slices of 2 rows here, so the names of one slice are not those of the next)."""
+    import sqlite3
+
+    import specnsys.ingest.sqlite_reader as reader
+
+    monkeypatch.setattr(reader, "SLICE_ROWS", 2)
+    b = NsysExportBuilder()
+    b.thread(7, 7, "main")
+    b.runtime(0, 5, "cudaLaunchKernel_v7000", 1, pid=7, tid=7)
+    b.runtime(10, 15, "cudaMemcpyAsync_v3020_v2", 2, pid=7, tid=7)
+    b.runtime(20, 25, "cudaStreamSynchronize", 3, pid=7, tid=7)
+    b.runtime(30, 35, "cudaLaunchKernel_v7000", 4, pid=7, tid=7)
+    b.runtime(40, 45, "lost", 5, pid=7, tid=7)
+    for i in range(1, 5):
+        b.kernel(100 * i, 100 * i + 50, f"k{i}", i, pid=7)
+    path = b.write(tmp_path / "dangling.sqlite")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 999999 WHERE correlationId = 3")
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = -7, globalTid = NULL "
+                   "WHERE correlationId = 5")
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = -1, demangledName = 123456, "
+                   "globalPid = NULL WHERE correlationId = 2")
+    with specnsys.open(path, use_cache=False) as t:
+        runtime = t.sql(
+            "SELECT correlation_id, name, raw_name, pid, tid, duration FROM runtime"
+        ).fetchall()
+        kernels = t.sql(
+            "SELECT correlation_id, short_name, demangled_name, pid, duration FROM kernels"
+        ).fetchall()
+    assert runtime == [
+        (1, "cudaLaunchKernel", "cudaLaunchKernel_v7000", 7, 7, 5),
+        (2, "cudaMemcpyAsync", "cudaMemcpyAsync_v3020_v2", 7, 7, 5),
+        (3, None, None, 7, 7, 5),
+        (4, "cudaLaunchKernel", "cudaLaunchKernel_v7000", 7, 7, 5),
+        (5, None, None, None, None, 5),
+    ]
+    assert [(k[0], k[1], k[3]) for k in kernels] == [(1, "k1", 7), (2, None, None), (3, "k3", 7),
+                                                    (4, "k4", 7)]
+    assert kernels[1][2] is None and {k[4] for k in kernels} == {50}
+
+
 def test_gpu_activity_tables(trace: specnsys.Trace) -> None:
     assert _rows(
         trace,

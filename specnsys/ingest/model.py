@@ -2,10 +2,11 @@
 
 Each model table is defined by the source table(s) it reads, the raw columns it needs (read by
 :mod:`specnsys.ingest.sqlite_reader`, all-NULL when a version lacks them) and one DuckDB query
-that turns the raw Arrow columns into the model's columns. Row counts are preserved: a model
-table has exactly as many rows as its source table (``nvtx`` keeps domain/category/thread-name
-rows and says what each row is in ``kind``), so a count in the model can be checked against a
-count in SQLite.
+that turns the raw Arrow columns into the model's columns (for runtime calls and kernels, the
+biggest tables and the simplest, an Arrow function does the same at a third of the cost). Row
+counts are preserved: a model table has exactly as many rows as its source table (``nvtx``
+keeps domain/category/thread-name rows and says what each row is in ``kind``), so a count in
+the model can be checked against a count in SQLite.
 
 Conventions: times are integer nanoseconds on the export's session timeline; ``pid``/``tid`` are
 decoded from nsys global ids (``pid = (g >> 24) & 0xFFFFFF``, ``tid = g & 0xFFFFFF``); the raw
@@ -102,16 +103,46 @@ class SourceRead:
     with_rowid: bool = False
 
 
+class StringLookup:
+    """``StringIds`` as two aligned Arrow arrays, to resolve a column of string ids in Arrow:
+    the position of each id in :attr:`ids` (a hash look-up), then a gather of
+    :attr:`values`. An id that is not there resolves to NULL, as the LEFT JOIN does."""
+
+    def __init__(self, ids: pa.Array, values: pa.Array) -> None:
+        self.ids = ids
+        self.values = values
+
+    def resolve(self, ids: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+        """The string of each id in *ids*."""
+        import pyarrow.compute as pc
+
+        return pc.take(self.values, pc.index_in(ids, self.ids))
+
+
+#: A model table's normalization in Arrow compute: (raw slice, string look-up) -> model slice.
+ArrowNormalize = Callable[["pa.Table", StringLookup], "pa.Table"]
+
+
 @dataclass(frozen=True)
 class ModelTable:
-    """A model table: the raw reads it needs and the DuckDB query that normalizes them."""
+    """A model table: the raw reads it needs and how they are normalized: a DuckDB query
+    (*query*), or for the biggest tables, whose rows only need arithmetic and name look-ups,
+    an Arrow function (*arrow*) that costs a third of the query's CPU time (each slice's
+    round trip into DuckDB and back, and its hash joins, are what the query pays for)."""
 
     name: str
     sources: tuple[SourceRead, ...]
-    query: str | Callable[[SqliteExport], str]
+    query: str | Callable[[SqliteExport], str] | None
     counts_source: str | None  # the SQLite table whose row count this table must equal
+    arrow: ArrowNormalize | None = None
+
+    def __post_init__(self) -> None:
+        if (self.query is None) == (self.arrow is None):
+            raise ValueError(f"{self.name}: give exactly one of query and arrow")
 
     def sql(self, export: SqliteExport) -> str:
+        if self.query is None:
+            raise ValueError(f"{self.name} is normalized in Arrow, not by a query")
         return self.query(export) if callable(self.query) else self.query
 
 
@@ -203,6 +234,59 @@ LEFT JOIN nvtx_nesting pr ON pr.id = e.__rowid
     "NVTX_EVENTS",
 )
 
+
+class ValuesOutOfRange(ValueError):
+    """Arithmetic of an Arrow normalization overflowed 64 bits (bad data, not a bug)."""
+
+
+def _duration(raw: pa.Table, table: str) -> pa.ChunkedArray:
+    """``end - start``, refusing to wrap around (as DuckDB's subtraction refuses)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        return pc.subtract_checked(raw.column("end"), raw.column("start"))
+    except pa.ArrowInvalid:
+        raise ValuesOutOfRange(f"{table}: end - start overflows a 64-bit integer") from None
+
+
+def _pid_of(global_id: pa.ChunkedArray) -> pa.ChunkedArray:
+    """:data:`PID` in Arrow (bits 24-47 of an nsys global id)."""
+    import pyarrow.compute as pc
+
+    return pc.bit_wise_and(pc.shift_right(global_id, 24), 16777215)
+
+
+def _runtime_arrow(raw: pa.Table, strings: StringLookup) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = raw.column
+    # The version suffix is stripped once per distinct name of the slice, not once per call.
+    name_ids = pc.unique(col("nameId"))
+    raw_names = strings.resolve(name_ids)
+    names = pc.replace_substring_regex(
+        raw_names, pattern="(_v[0-9]+)+$", replacement="", max_replacements=1
+    )
+    at = pc.index_in(col("nameId"), name_ids)
+    gtid = col("globalTid")
+    return pa.table(
+        {
+            "start": col("start"),
+            "end": col("end"),
+            "duration": _duration(raw, "CUPTI_ACTIVITY_KIND_RUNTIME"),
+            "name": pc.take(names, at),
+            "raw_name": pc.take(raw_names, at),
+            "correlation_id": col("correlationId"),
+            "event_class": col("eventClass"),
+            "is_backtrace": pc.equal(col("eventClass"), 67),
+            "pid": _pid_of(gtid),
+            "tid": pc.bit_wise_and(gtid, 16777215),
+            "global_tid": gtid,
+        }
+    )
+
+
 RUNTIME = ModelTable(
     "runtime",
     (
@@ -212,20 +296,40 @@ RUNTIME = ModelTable(
             tuple(_ints("start", "end", "eventClass", "globalTid", "correlationId", "nameId")),
         ),
     ),
-    # The version suffix is stripped once per distinct name, not once per call.
-    f"""WITH names AS (
-            SELECT id, value AS raw_name, regexp_replace(value, '(_v[0-9]+)+$', '') AS name
-            FROM strings WHERE id IN (SELECT DISTINCT nameId FROM raw_runtime)
-        )
-        SELECT r.start, r."end", r."end" - r.start AS duration, s.name, s.raw_name,
-               r.correlationId AS correlation_id, r.eventClass AS event_class,
-               r.eventClass = 67 AS is_backtrace,
-               CAST({PID.format(g="r.globalTid")} AS BIGINT) AS pid,
-               CAST({TID.format(g="r.globalTid")} AS BIGINT) AS tid,
-               r.globalTid AS global_tid
-        FROM raw_runtime r LEFT JOIN names s ON s.id = r.nameId""",
+    None,
     "CUPTI_ACTIVITY_KIND_RUNTIME",
+    arrow=_runtime_arrow,
 )
+
+_KERNEL_COLUMNS = {  # model name: source column, for the columns kernels keep as they are
+    "device_id": "deviceId", "context_id": "contextId", "stream_id": "streamId",
+    "correlation_id": "correlationId",
+}
+_KERNEL_LAUNCH_COLUMNS = {
+    "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
+    "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
+    "graph_node_id": "graphNodeId", "graph_id": "graphId",
+}
+
+
+def _kernels_arrow(raw: pa.Table, strings: StringLookup) -> pa.Table:
+    import pyarrow as pa
+
+    col = raw.column
+    return pa.table(
+        {
+            "start": col("start"),
+            "end": col("end"),
+            "duration": _duration(raw, "CUPTI_ACTIVITY_KIND_KERNEL"),
+            **{name: col(source) for name, source in _KERNEL_COLUMNS.items()},
+            "pid": _pid_of(col("globalPid")),
+            "global_pid": col("globalPid"),
+            "short_name": strings.resolve(col("shortName")),
+            "demangled_name": strings.resolve(col("demangledName")),
+            **{name: col(source) for name, source in _KERNEL_LAUNCH_COLUMNS.items()},
+        }
+    )
+
 
 KERNELS = ModelTable(
     "kernels",
@@ -233,23 +337,13 @@ KERNELS = ModelTable(
         SourceRead(
             "raw_kernels",
             "CUPTI_ACTIVITY_KIND_KERNEL",
-            tuple(_ints("start", "end", "deviceId", "contextId", "streamId", "correlationId",
-                        "globalPid", "shortName", "demangledName", "gridX", "gridY", "gridZ",
-                        "blockX", "blockY", "blockZ", "graphNodeId", "graphId")),
+            tuple(_ints("start", "end", *_KERNEL_COLUMNS.values(), "globalPid", "shortName",
+                        "demangledName", *_KERNEL_LAUNCH_COLUMNS.values())),
         ),
     ),
-    f"""SELECT k.start, k."end", k."end" - k.start AS duration,
-               k.deviceId AS device_id, k.contextId AS context_id, k.streamId AS stream_id,
-               k.correlationId AS correlation_id,
-               CAST({PID.format(g="k.globalPid")} AS BIGINT) AS pid, k.globalPid AS global_pid,
-               sn.value AS short_name, dn.value AS demangled_name,
-               k.gridX AS grid_x, k.gridY AS grid_y, k.gridZ AS grid_z,
-               k.blockX AS block_x, k.blockY AS block_y, k.blockZ AS block_z,
-               k.graphNodeId AS graph_node_id, k.graphId AS graph_id
-        FROM raw_kernels k
-        LEFT JOIN strings sn ON sn.id = k.shortName
-        LEFT JOIN strings dn ON dn.id = k.demangledName""",
+    None,
     "CUPTI_ACTIVITY_KIND_KERNEL",
+    arrow=_kernels_arrow,
 )
 
 _GPU_OP_COLUMNS = ("start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid")
@@ -601,6 +695,7 @@ def build_model(
         )
         con.unregister("raw_strings")
         del strings
+        lookup = _string_lookup(con)
         built: dict[str, pa.Table] = {}
         # What NVTX rows need from the whole table is gathered on a thread of its own (with its
         # own cursor) while the runtime calls and kernels are built: its narrow reads and the
@@ -613,7 +708,7 @@ def build_model(
             # table's small side tables are registered then, before its first slice is read.
             for table in BUILD_ORDER:
                 per_slice = nvtx_ready.result() if table is NVTX else None
-                yield _row_local_read(con, export, table, cursors, per_slice)
+                yield _row_local_read(con, export, table, cursors, lookup, per_slice)
 
         try:
             with contextlib.closing(export.iter_reads(reads())) as slices:
@@ -631,7 +726,7 @@ def build_model(
         return None if parquet_folder is not None else built
     except duckdb.IOException as exc:
         raise OSError(str(exc).splitlines()[0]) from None
-    except (duckdb.OutOfRangeException, duckdb.ConversionException) as exc:
+    except (duckdb.OutOfRangeException, duckdb.ConversionException, ValuesOutOfRange) as exc:
         # e.g. timestamps near the int64 limits, whose differences overflow: bad data, not a bug
         detail = str(exc).splitlines()[0]
         raise BadInputError(f"{export.path}: values out of range: {detail}") from None
@@ -641,6 +736,12 @@ def build_model(
         con.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _string_lookup(con: duckdb.DuckDBPyConnection) -> StringLookup:
+    """The ``strings`` table of *con* (one value per id) for the Arrow normalizations."""
+    table = to_arrow(con.sql("SELECT id, value FROM strings"))
+    return StringLookup(table.column("id").combine_chunks(), table.column("value").combine_chunks())
 
 
 def _scratch_folder(parquet_folder: Path | None) -> Path | None:
@@ -736,6 +837,7 @@ def _row_local_read(
     export: SqliteExport,
     table: ModelTable,
     cursors: _WorkerCursors,
+    strings: StringLookup,
     per_slice: SliceTables | None = None,
 ) -> SliceRead:
     """Register *table*'s side sources in *con* and return the read that builds it slice by
@@ -743,6 +845,11 @@ def _row_local_read(
     whole-table result it needs)."""
     alias = ROW_LOCAL_SOURCE[table.name]
     (stream,) = [src for src in table.sources if src.alias == alias]
+    if table.arrow is not None:
+        arrow = table.arrow
+        return SliceRead(
+            stream.table, stream.columns, stream.with_rowid, lambda raw: arrow(raw, strings)
+        )
     for src in _side_sources(table):
         _register_small(con, export, src)
     query = table.sql(export)
