@@ -65,13 +65,11 @@ MODEL_TABLES = (
 PID = "((({g}) >> 24) & 16777215)"
 TID = "(({g}) & 16777215)"
 
-NVTX_KIND = """CASE eventType
-    WHEN 59 THEN 'push_pop' WHEN 70 THEN 'push_pop'
-    WHEN 60 THEN 'start_end' WHEN 71 THEN 'start_end'
-    WHEN 34 THEN 'mark'
-    WHEN 75 THEN 'domain_create' WHEN 76 THEN 'domain_destroy'
-    WHEN 33 THEN 'category' WHEN 39 THEN 'thread_name'
-    ELSE 'other' END"""
+#: NVTX event types by what the row is (every other type, and a NULL one, is ``other``).
+NVTX_KINDS = {
+    59: "push_pop", 70: "push_pop", 60: "start_end", 71: "start_end", 34: "mark",
+    75: "domain_create", 76: "domain_destroy", 33: "category", 39: "thread_name",
+}  # fmt: skip
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND, hard-coded because ENUM tables are optional.
 COPY_KINDS = {
@@ -119,8 +117,17 @@ class StringLookup:
         return pc.take(self.values, pc.index_in(ids, self.ids))
 
 
-#: A model table's normalization in Arrow compute: (raw slice, string look-up) -> model slice.
-ArrowNormalize = Callable[["pa.Table", StringLookup], "pa.Table"]
+@dataclass(frozen=True)
+class NormalizeContext:
+    """What an Arrow normalization looks up besides its slice: the strings, and for NVTX
+    rows what was gathered from the whole table first."""
+
+    strings: StringLookup
+    nvtx: NvtxContext | None = None
+
+
+#: A model table's normalization in Arrow compute: (raw slice, context) -> model slice.
+ArrowNormalize = Callable[["pa.Table", NormalizeContext], "pa.Table"]
 
 
 @dataclass(frozen=True)
@@ -204,35 +211,19 @@ NVTX_CATEGORIES = f"""
     FROM nvtx_definitions e LEFT JOIN strings s ON s.id = e.textId
     WHERE e.eventType = 33 GROUP BY ALL"""
 
-NVTX = ModelTable(
-    "nvtx",
-    (SourceRead("raw_nvtx", "NVTX_EVENTS", _NVTX_COLUMNS, with_rowid=True),),
-    # Built slice by slice like the other tables, for tens of millions of rows: what needs the
-    # whole table is gathered first from narrow reads (see :func:`_prepare_nvtx`): domain and
-    # category names from their few definition rows, depth and parent of every push/pop range
-    # (:func:`nvtx_nesting`, handed to each slice for its own rowid range). Every join keeps
-    # the slice on the probe side, so rows stay in the export's order without a sort.
-    f"""
-SELECT e.__rowid AS id, e.start, e."end", e."end" - e.start AS duration,
-       {NVTX_KIND.replace("CASE eventType", "CASE e.eventType")} AS kind,
-       e.eventType AS event_type, COALESCE(e.text, ts.value) AS text,
-       COALESCE(e.domainId, 0) AS domain_id, dm.domain, e.category AS category_id, ct.category,
-       e.payloadInt AS payload_int, e.payloadFloat AS payload_float,
-       COALESCE(e.jsonText, js.value) AS json_text, e.color, e.rangeId AS range_id,
-       {_E_PID} AS pid, CAST({TID.format(g="e.globalTid")} AS BIGINT) AS tid,
-       e.globalTid AS global_tid, CAST({TID.format(g="e.endGlobalTid")} AS BIGINT) AS end_tid,
-       e.endGlobalTid AS end_global_tid, pr.depth, pr.parent
-FROM raw_nvtx e
-LEFT JOIN strings ts ON ts.id = e.textId
-LEFT JOIN strings js ON js.id = e.jsonTextId
-LEFT JOIN nvtx_domains dm ON dm.pid IS NOT DISTINCT FROM {_E_PID}
-     AND dm.domain_id = COALESCE(e.domainId, 0)
-LEFT JOIN nvtx_categories ct ON ct.pid IS NOT DISTINCT FROM {_E_PID}
-     AND ct.domain_id = COALESCE(e.domainId, 0) AND ct.category_id = e.category
-LEFT JOIN nvtx_nesting pr ON pr.id = e.__rowid
-""",
-    "NVTX_EVENTS",
-)
+def arrow_values(values: list, dtype: pl.DataType) -> pa.Array:
+    """Python *values* as an Arrow array, made by Polars: pyarrow's own conversion of Python
+    objects (``pa.array``, a bare ``67`` given to a compute function) imports pandas when it
+    is installed, 0.2-0.4 s of a cold run for a few constants."""
+    import pyarrow as pa
+
+    array = pl.Series(values, dtype=dtype).to_arrow()
+    return array.cast(pa.string()) if dtype == pl.String else array
+
+
+def _int(value: int) -> pa.Scalar:
+    """*value* as an Arrow int64 scalar (see :func:`arrow_values`)."""
+    return arrow_values([value], pl.Int64)[0]
 
 
 class ValuesOutOfRange(ValueError):
@@ -254,13 +245,134 @@ def _pid_of(global_id: pa.ChunkedArray) -> pa.ChunkedArray:
     """:data:`PID` in Arrow (bits 24-47 of an nsys global id)."""
     import pyarrow.compute as pc
 
-    return pc.bit_wise_and(pc.shift_right(global_id, 24), 16777215)
+    return pc.bit_wise_and(pc.shift_right(global_id, _int(24)), _int(16777215))
 
 
-def _runtime_arrow(raw: pa.Table, strings: StringLookup) -> pa.Table:
+def _tid_of(global_id: pa.ChunkedArray) -> pa.ChunkedArray:
+    """:data:`TID` in Arrow (the low 24 bits of an nsys global id)."""
+    import pyarrow.compute as pc
+
+    return pc.bit_wise_and(global_id, _int(16777215))
+
+
+@dataclass(frozen=True)
+class NvtxContext:
+    """What NVTX rows need from the whole table, gathered before the rows are built (see
+    :func:`_prepare_nvtx`): domain and category names (``pid, domain_id[, category_id]``
+    and the name), and ``id, depth, parent`` of every push/pop range, in id order."""
+
+    domains: pa.Table
+    categories: pa.Table
+    nesting: pa.Table
+
+    def nesting_of(self, rowids: pa.ChunkedArray) -> pa.Table:
+        """The nesting rows of the ranges whose ids lie in the sorted slice *rowids*."""
+        if len(rowids) == 0:
+            return self.nesting.slice(0, 0)
+        ids = pl.Series(self.nesting.column("id"))
+        lo = ids.search_sorted(rowids[0].as_py(), "left")
+        hi = ids.search_sorted(rowids[-1].as_py(), "right")
+        return self.nesting.slice(lo, hi - lo)
+
+
+def _nvtx_arrow(raw: pa.Table, context: NormalizeContext) -> pa.Table:
+    """One slice of ``NVTX_EVENTS`` as model rows: kinds, texts, domain and category names,
+    depth and parent looked up, the slice's row order kept."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    strings, nvtx = context.strings, context.nvtx
+    if nvtx is None:
+        raise ValueError("NVTX rows are built after _prepare_nvtx")
+    col = raw.column
+    gtid = col("globalTid")
+    pid = _pid_of(gtid)
+    domain_id = pc.coalesce(col("domainId"), _int(0))
+    kind_at = pc.index_in(col("eventType"), arrow_values(list(NVTX_KINDS), pl.Int64))
+    kinds = arrow_values([*NVTX_KINDS.values(), "other"], pl.String)
+    nesting = nvtx.nesting_of(col("__rowid"))
+    at = pc.index_in(col("__rowid"), nesting.column("id"))
+    d, c = nvtx.domains, nvtx.categories
+    return pa.table(
+        {
+            "id": col("__rowid"),
+            "start": col("start"),
+            "end": col("end"),
+            "duration": _duration(raw, "NVTX_EVENTS"),
+            "kind": pc.fill_null(pc.take(kinds, kind_at), kinds[-1]),
+            "event_type": col("eventType"),
+            "text": pc.coalesce(col("text"), strings.resolve(col("textId"))),
+            "domain_id": domain_id,
+            "domain": _lookup([pid, domain_id], [d.column("pid"), d.column("domain_id")],
+                              d.column("domain")),
+            "category_id": col("category"),
+            "category": _lookup(
+                [pid, domain_id, col("category")],
+                [c.column("pid"), c.column("domain_id"), c.column("category_id")],
+                c.column("category"),
+            ),
+            "payload_int": col("payloadInt"),
+            "payload_float": col("payloadFloat"),
+            "json_text": pc.coalesce(col("jsonText"), strings.resolve(col("jsonTextId"))),
+            "color": col("color"),
+            "range_id": col("rangeId"),
+            "pid": pid,
+            "tid": _tid_of(gtid),
+            "global_tid": gtid,
+            "end_tid": _tid_of(col("endGlobalTid")),
+            "end_global_tid": col("endGlobalTid"),
+            "depth": pc.take(nesting.column("depth"), at),
+            "parent": pc.take(nesting.column("parent"), at),
+        }
+    )  # fmt: skip
+
+
+def _lookup(keys: list, table_keys: list, values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``values`` of the row of a small table whose key columns (*table_keys*, unique
+    together) equal each row's *keys*; NULL where none does. A NULL key equals a NULL key
+    (``IS NOT DISTINCT FROM``, as the first key, the pid, is matched), except in the last
+    key of three (the category id, matched by ``=``).
+
+    Arrow has no multi-column look-up: each key becomes its rank among the table's distinct
+    values of that column, and the ranks one integer code, on both sides.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    code: pa.ChunkedArray | None = None
+    table_code: pa.ChunkedArray | None = None
+    for i, (key, table_key) in enumerate(zip(keys, table_keys, strict=True)):
+        distinct = pc.unique(table_key)
+        skip = i == 2  # the category id: NULL matches nothing
+        rank = pc.cast(pc.index_in(key, distinct, skip_nulls=skip), pa.int64())
+        table_rank = pc.cast(pc.index_in(table_key, distinct, skip_nulls=skip), pa.int64())
+        n = len(distinct)
+        code = rank if code is None else pc.add(pc.multiply(code, _int(n)), rank)
+        table_code = (
+            table_rank
+            if table_code is None
+            else pc.add(pc.multiply(table_code, _int(n)), table_rank)
+        )
+    return pc.take(values, pc.index_in(code, table_code))
+
+
+NVTX = ModelTable(
+    "nvtx",
+    (SourceRead("raw_nvtx", "NVTX_EVENTS", _NVTX_COLUMNS, with_rowid=True),),
+    # Built slice by slice like the other tables, for tens of millions of rows: what needs the
+    # whole table is gathered first from narrow reads (see :func:`_prepare_nvtx`) and handed
+    # to each slice (:class:`NvtxContext`).
+    None,
+    "NVTX_EVENTS",
+    arrow=_nvtx_arrow,
+)
+
+
+def _runtime_arrow(raw: pa.Table, context: NormalizeContext) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    strings = context.strings
     col = raw.column
     # The version suffix is stripped once per distinct name of the slice, not once per call.
     name_ids = pc.unique(col("nameId"))
@@ -279,9 +391,9 @@ def _runtime_arrow(raw: pa.Table, strings: StringLookup) -> pa.Table:
             "raw_name": pc.take(raw_names, at),
             "correlation_id": col("correlationId"),
             "event_class": col("eventClass"),
-            "is_backtrace": pc.equal(col("eventClass"), 67),
+            "is_backtrace": pc.equal(col("eventClass"), _int(67)),
             "pid": _pid_of(gtid),
-            "tid": pc.bit_wise_and(gtid, 16777215),
+            "tid": _tid_of(gtid),
             "global_tid": gtid,
         }
     )
@@ -312,9 +424,10 @@ _KERNEL_LAUNCH_COLUMNS = {
 }
 
 
-def _kernels_arrow(raw: pa.Table, strings: StringLookup) -> pa.Table:
+def _kernels_arrow(raw: pa.Table, context: NormalizeContext) -> pa.Table:
     import pyarrow as pa
 
+    strings = context.strings
     col = raw.column
     return pa.table(
         {
@@ -707,8 +820,8 @@ def build_model(
             # Pulled by the reader when the previous table's last slice is submitted: each
             # table's small side tables are registered then, before its first slice is read.
             for table in BUILD_ORDER:
-                per_slice = nvtx_ready.result() if table is NVTX else None
-                yield _row_local_read(con, export, table, cursors, lookup, per_slice)
+                context = NormalizeContext(lookup, nvtx_ready.result() if table is NVTX else None)
+                yield _row_local_read(con, export, table, cursors, context)
 
         try:
             with contextlib.closing(export.iter_reads(reads())) as slices:
@@ -765,17 +878,13 @@ def _register_small(con: duckdb.DuckDBPyConnection, export: SqliteExport, src: S
     con.unregister("_specnsys_small")
 
 
-#: Tables a slice's query joins besides the slice itself, by name, given the slice.
-SliceTables = Callable[["pa.Table"], dict[str, "pa.Table"]]
-
-
-def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> SliceTables:
+def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> NvtxContext:
     """Gather what each NVTX row needs from the whole table, before the rows are built.
 
     Two narrow reads that SQLite filters (so only the rows concerned are handed over): the
-    domain and category definition rows, whose names become the tables ``nvtx_domains`` and
-    ``nvtx_categories`` in *con*; and the push/pop ranges, whose depth and parent
-    (:func:`nvtx_nesting`, in id order) are cut per slice by rowid. Returns that cutter.
+    domain and category definition rows, whose names are grouped in *con* (it holds the
+    ``strings``), and the push/pop ranges, whose depth and parent (:func:`nvtx_nesting`, in
+    id order) each slice then takes for its own rowid range.
     """
     table = NVTX.sources[0].table
     has_types = "eventType" in export.columns(table)
@@ -786,22 +895,12 @@ def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> Slice
 
     con.register("nvtx_definitions", rows_of(_NVTX_DEFINITION_COLUMNS, "33, 75", False))
     try:
-        con.execute(f"CREATE OR REPLACE TABLE nvtx_domains AS {NVTX_DOMAINS}")
-        con.execute(f"CREATE OR REPLACE TABLE nvtx_categories AS {NVTX_CATEGORIES}")
+        domains = to_arrow(con.sql(NVTX_DOMAINS))
+        categories = to_arrow(con.sql(NVTX_CATEGORIES))
     finally:
         con.unregister("nvtx_definitions")
     nesting = nvtx_nesting(pl.from_arrow(rows_of(_NVTX_RANGE_COLUMNS, "59, 70", True)).lazy())
-    ids = pl.Series(nesting.column("id"))  # sorted: each slice's part is found by bisection
-
-    def for_slice(raw: pa.Table) -> dict[str, pa.Table]:
-        if raw.num_rows == 0:
-            return {"nvtx_nesting": nesting.slice(0, 0)}
-        rowids = raw.column("__rowid")
-        first = ids.search_sorted(rowids[0].as_py(), "left")
-        last = ids.search_sorted(rowids[-1].as_py(), "right")
-        return {"nvtx_nesting": nesting.slice(first, last - first)}
-
-    return for_slice
+    return NvtxContext(domains, categories, nesting)
 
 
 class _WorkerCursors:
@@ -837,18 +936,16 @@ def _row_local_read(
     export: SqliteExport,
     table: ModelTable,
     cursors: _WorkerCursors,
-    strings: StringLookup,
-    per_slice: SliceTables | None = None,
+    context: NormalizeContext,
 ) -> SliceRead:
-    """Register *table*'s side sources in *con* and return the read that builds it slice by
-    slice. *per_slice* gives further tables each slice's query joins (the part of a
-    whole-table result it needs)."""
+    """The read that builds *table* slice by slice: through its Arrow normalization (given
+    *context*), or through its query, after its side sources are registered in *con*."""
     alias = ROW_LOCAL_SOURCE[table.name]
     (stream,) = [src for src in table.sources if src.alias == alias]
     if table.arrow is not None:
         arrow = table.arrow
         return SliceRead(
-            stream.table, stream.columns, stream.with_rowid, lambda raw: arrow(raw, strings)
+            stream.table, stream.columns, stream.with_rowid, lambda raw: arrow(raw, context)
         )
     for src in _side_sources(table):
         _register_small(con, export, src)
@@ -856,14 +953,11 @@ def _row_local_read(
 
     def normalize(raw: pa.Table) -> pa.Table:
         cursor = cursors.get()
-        extra = per_slice(raw) if per_slice is not None else {}
-        for name, part in ((alias, raw), *extra.items()):
-            cursor.register(name, part)
+        cursor.register(alias, raw)
         try:
             return to_arrow(cursor.sql(query))
         finally:
-            for name in (alias, *extra):
-                cursor.unregister(name)
+            cursor.unregister(alias)
 
     return SliceRead(stream.table, stream.columns, stream.with_rowid, normalize)
 
