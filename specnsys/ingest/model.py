@@ -836,6 +836,10 @@ def build_model(
                         con.execute(f"DROP TABLE IF EXISTS {src.alias}")
         finally:
             cursors.close()
+            # Arrow's allocator keeps the slices' freed buffers for reuse; the analysis that
+            # follows allocates in Polars and DuckDB, so they are handed back now (on the 2M
+            # kernels bench export the cold analyze peaked 110 MB higher with them kept).
+            pa.default_memory_pool().release_unused()
         return None if parquet_folder is not None else built
     except duckdb.IOException as exc:
         raise OSError(str(exc).splitlines()[0]) from None
