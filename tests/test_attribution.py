@@ -240,6 +240,67 @@ def test_ops_match_their_call_by_process_and_id_whatever_the_ids(
     assert got == [(n, p or "unattributed_gpu", a) for n, p, a in want]
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_lean_merge_join_matches_the_ordered_hash_join(tmp_path: Path, seed: int) -> None:
+    """The timeline's lean path matches ops to calls by merging both sides sorted by key (an
+    as-of join kept only on equal keys); the detailed path by a hash join. On ids that miss
+    (between, below and above the calls' ids), NULL ids, ids shared by two calls, a second
+    process and a memcpy, both give every op the same phase, with one process and with all
+    (the packed key)."""
+    import random
+
+    from specnsys.attribution.launch import attributed_gpu_ops, attributed_runtime
+    from specnsys.attribution.phase_map import create_phase_index, drop_phase_index
+    from specnsys.attribution.rules import default_rules
+
+    rng = random.Random(seed)
+    b = _builder()
+    b.process(2, "worker")
+    b.thread(2, 1, "main")
+    b.domain(1, "specnsys", pid=2, tid=1)
+    _request(b, 0, 10_000)
+    for pid in (1, 2):
+        for i in range(20):
+            _pp(b, i * 500, i * 500 + 250, "draft" if i % 2 else "verify", pid=pid)
+    nulls = []
+    for i in range(300):
+        pid = rng.choice((1, 2))
+        corr = rng.randrange(0, 200)
+        start = rng.randrange(0, 9_900)
+        if rng.random() < 0.6:
+            b.runtime(start, start + 2, "cudaLaunchKernel", corr, pid=pid)
+        if rng.random() < 0.05:
+            nulls.append(corr + 10_000)  # an id no call has, set NULL below
+            corr += 10_000
+        if rng.random() < 0.1:
+            b.memcpy(start + 5, start + 20, 64, corr, pid=pid)
+        else:
+            b.kernel(start + 5, start + 20, f"k{i}", corr, pid=pid)
+    b.kernel(9_990, 9_995, "above every id", 500)
+    path = b.write(tmp_path / "ids.sqlite")
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"):
+            db.execute(f"UPDATE {table} SET correlationId = NULL WHERE correlationId >= 10000 "
+                       "AND correlationId < 20000")
+    assert nulls, "the seed must give a NULL id"
+    key = ["op_kind", "start", "end", "phase"]
+    with specnsys.open(path, use_cache=False) as t:
+        index = create_phase_index(t.connection, default_rules())
+        try:
+            for pid in (1, 2, None):
+                runtime = attributed_runtime(t, index, pid)
+                lean = attributed_gpu_ops(t, index, pid=pid, runtime=runtime)
+                full = attributed_gpu_ops(t, index, pid=pid, details=True)
+                want = full.select(key).with_columns(pl.col("phase").cast(pl.String)).sort(key)
+                got = lean.with_columns(pl.col("phase").cast(pl.String)).sort(key)
+                assert got.equals(want), pid
+                assert want["phase"].n_unique() >= 3, pid  # draft, verify, unattributed_gpu
+        finally:
+            drop_phase_index(t.connection, index)
+
+
 def test_shared_correlation_id_goes_to_the_earliest_call(tmp_path: Path) -> None:
     """Two API calls of one process with one correlation id (a malformed export): the op
     belongs to the earlier call, once, in both the full and the lean attribution paths."""

@@ -189,22 +189,55 @@ def attributed_gpu_ops(
     if packed:  # the same columns come out as from the two-column join
         ops = ops.with_columns(_packed_key("pid", "correlation_id"))
         calls = calls.drop("rt_pid", "rt_corr", strict=False)
-    # The ops are scanned, joined and labelled in one streaming plan: the op table is never
-    # held whole beside its joined copy. The lean frame only feeds sums and sorted sweeps, so
-    # its rows may come in any order (keeping the export's order made the join 1.5x slower).
-    order = "left" if details else None
+    label = (
+        pl.when(pl.col("api_start").is_null())
+        .then(pl.lit(UNATTRIBUTED_GPU, pl.Categorical))
+        .otherwise(pl.col("phase").fill_null(pl.lit(UNANNOTATED, pl.Categorical)))
+        .alias("phase")
+    )
+    if not details and (packed or pid is not None):  # one key column: merge sorted sides
+        left, right = (_KEY, _KEY) if packed else ("correlation_id", "rt_corr")
+        joined = _merge_launches(ops, calls, left, right)
+        return joined.with_columns(label).select("op_kind", "start", "end", "phase")
+    # With details the ops keep the model's order: they are scanned, joined and labelled in
+    # one streaming plan, so the op table is never held whole beside its joined copy.
     return (
-        ops.join(calls.lazy(), how="left", **keys, maintain_order=order)
+        ops.join(calls.lazy(), how="left", **keys, maintain_order="left" if details else None)
         .drop(_KEY, strict=False)
-        .with_columns(
-            pl.when(pl.col("api_start").is_null())
-            .then(pl.lit(UNATTRIBUTED_GPU, pl.Categorical))
-            .otherwise(pl.col("phase").fill_null(pl.lit(UNANNOTATED, pl.Categorical)))
-            .alias("phase")
-        )
+        .with_columns(label)
         .select(pl.all() if details else pl.col("op_kind", "start", "end", "phase"))
         .collect(engine="streaming")
     )
+
+
+def _merge_launches(ops: pl.LazyFrame, calls: pl.DataFrame, left: str, right: str) -> pl.DataFrame:
+    """*ops* with the columns of the call whose key *right* equals their key *left* (NULL
+    where none does; the calls' keys are unique), in no particular order.
+
+    Both sides sorted by key, then an as-of join kept only where the keys are equal: a merge
+    that reads memory in order. Correlation ids grow with time, so both sides come nearly
+    sorted and their sorts are cheap. On the 20M ops and 22M calls of the largest bench
+    export: 1.9-2.3 s against 3.3-4.8 s for the hash join (which probes a table of every
+    call at random), on the 6.3M one 0.58-0.69 s against 0.77-0.99 s.
+    """
+    match = "__launch_key"
+    table = calls.with_columns(pl.col(right).alias(match)).sort(right)
+    on = {"on": left} if left == right else {"left_on": left, "right_on": right}
+    found = pl.col(match) == pl.col(left)
+    keyed = (
+        ops.filter(pl.col(left).is_not_null())
+        .sort(left)
+        .join_asof(table.lazy(), strategy="backward", check_sortedness=False, **on)
+        .with_columns(
+            pl.when(found).then(pl.col(c)).alias(c)
+            for c in table.columns
+            if c not in (left, right, match)
+        )
+    )
+    unkeyed = ops.filter(pl.col(left).is_null())
+    return pl.concat([keyed, unkeyed], how="diagonal_relaxed").drop(
+        match, right, _KEY, strict=False
+    ).collect()
 
 
 #: The packed (pid, correlation id) join key (:mod:`specnsys.ingest.keys`): joining 20M GPU
