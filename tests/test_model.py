@@ -454,3 +454,21 @@ def test_export_path_with_uri_characters_opens(tmp_path: Path) -> None:
         assert got.summary.row_counts == ref.summary.row_counts
         assert got.summary.row_counts["kernels"] + got.summary.row_counts["nvtx"] > 0
     assert sorted(p.name for p in odd.parent.iterdir()) == before
+
+
+def test_multi_column_lookup_matches_sql_join_semantics() -> None:
+    """NVTX domain and category names are looked up in Arrow on two and three key columns,
+    as the SQL joins did: the pid by IS NOT DISTINCT FROM (a NULL pid finds the NULL-pid
+    definition), the category id by = (a NULL matches nothing, not even a NULL-id row)."""
+    from specnsys.ingest.model import _arrow_values, _lookup
+
+    def ints(*v: int | None) -> pa.Array:
+        return _arrow_values(list(v), pl.Int64)
+
+    table_pid, table_dom, table_cat = ints(1, 1, None, 2), ints(0, 5, 0, 0), ints(3, None, 3, 3)
+    names = _arrow_values(["a", "b", "c", "d"], pl.String)
+    pid, dom, cat = ints(1, 1, None, 2, 2, 9, 1), ints(0, 5, 0, 0, 7, 0, 5), ints(3, None, 3, 3, 3, 3, 4)
+    got = _lookup([(pid, table_pid, True), (dom, table_dom, True), (cat, table_cat, False)], names)
+    assert got.to_pylist() == ["a", None, "c", "d", None, None, None]
+    two = _lookup([(pid, table_pid, True), (dom, table_dom, True)], names)
+    assert two.to_pylist()[:4] == ["a", "b", "c", "d"]

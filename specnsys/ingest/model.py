@@ -2,9 +2,9 @@
 
 Each model table is defined by the source table(s) it reads, the raw columns it needs (read by
 :mod:`specnsys.ingest.sqlite_reader`, all-NULL when a version lacks them) and one DuckDB query
-that turns the raw Arrow columns into the model's columns (for runtime calls and kernels, the
-biggest tables and the simplest, an Arrow function does the same at a third of the cost). Row
-counts are preserved: a model table has exactly as many rows as its source table (``nvtx``
+that turns the raw Arrow columns into the model's columns (for the three big tables, NVTX
+events, runtime calls and kernels, an Arrow function does the same at a fraction of the cost).
+Row counts are preserved: a model table has exactly as many rows as its source table (``nvtx``
 keeps domain/category/thread-name rows and says what each row is in ``kind``), so a count in
 the model can be checked against a count in SQLite.
 
@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,7 +211,7 @@ NVTX_CATEGORIES = f"""
     FROM nvtx_definitions e LEFT JOIN strings s ON s.id = e.textId
     WHERE e.eventType = 33 GROUP BY ALL"""
 
-def arrow_values(values: list, dtype: pl.DataType) -> pa.Array:
+def _arrow_values(values: list, dtype: pl.DataType) -> pa.Array:
     """Python *values* as an Arrow array, made by Polars: pyarrow's own conversion of Python
     objects (``pa.array``, a bare ``67`` given to a compute function) imports pandas when it
     is installed, 0.2-0.4 s of a cold run for a few constants."""
@@ -222,8 +222,8 @@ def arrow_values(values: list, dtype: pl.DataType) -> pa.Array:
 
 
 def _int(value: int) -> pa.Scalar:
-    """*value* as an Arrow int64 scalar (see :func:`arrow_values`)."""
-    return arrow_values([value], pl.Int64)[0]
+    """*value* as an Arrow int64 scalar (see :func:`_arrow_values`)."""
+    return _arrow_values([value], pl.Int64)[0]
 
 
 class ValuesOutOfRange(ValueError):
@@ -288,8 +288,8 @@ def _nvtx_arrow(raw: pa.Table, context: NormalizeContext) -> pa.Table:
     gtid = col("globalTid")
     pid = _pid_of(gtid)
     domain_id = pc.coalesce(col("domainId"), _int(0))
-    kind_at = pc.index_in(col("eventType"), arrow_values(list(NVTX_KINDS), pl.Int64))
-    kinds = arrow_values([*NVTX_KINDS.values(), "other"], pl.String)
+    kind_at = pc.index_in(col("eventType"), _arrow_values(list(NVTX_KINDS), pl.Int64))
+    kinds = _arrow_values([*NVTX_KINDS.values(), "other"], pl.String)
     nesting = nvtx.nesting_of(col("__rowid"))
     at = pc.index_in(col("__rowid"), nesting.column("id"))
     d, c = nvtx.domains, nvtx.categories
@@ -303,12 +303,18 @@ def _nvtx_arrow(raw: pa.Table, context: NormalizeContext) -> pa.Table:
             "event_type": col("eventType"),
             "text": pc.coalesce(col("text"), strings.resolve(col("textId"))),
             "domain_id": domain_id,
-            "domain": _lookup([pid, domain_id], [d.column("pid"), d.column("domain_id")],
-                              d.column("domain")),
+            # pid IS NOT DISTINCT FROM, domain id (never NULL) =, category id =
+            "domain": _lookup(
+                [(pid, d.column("pid"), True), (domain_id, d.column("domain_id"), True)],
+                d.column("domain"),
+            ),
             "category_id": col("category"),
             "category": _lookup(
-                [pid, domain_id, col("category")],
-                [c.column("pid"), c.column("domain_id"), c.column("category_id")],
+                [
+                    (pid, c.column("pid"), True),
+                    (domain_id, c.column("domain_id"), True),
+                    (col("category"), c.column("category_id"), False),
+                ],
                 c.column("category"),
             ),
             "payload_int": col("payloadInt"),
@@ -327,11 +333,13 @@ def _nvtx_arrow(raw: pa.Table, context: NormalizeContext) -> pa.Table:
     )  # fmt: skip
 
 
-def _lookup(keys: list, table_keys: list, values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """``values`` of the row of a small table whose key columns (*table_keys*, unique
-    together) equal each row's *keys*; NULL where none does. A NULL key equals a NULL key
-    (``IS NOT DISTINCT FROM``, as the first key, the pid, is matched), except in the last
-    key of three (the category id, matched by ``=``).
+def _lookup(
+    keys: Sequence[tuple[pa.ChunkedArray, pa.ChunkedArray, bool]], values: pa.ChunkedArray
+) -> pa.ChunkedArray:
+    """``values`` of the row of a small table whose key columns equal each row's keys (NULL
+    where none does). *keys* gives per key: the rows' column, the table's column (the
+    table's keys are unique together) and whether a NULL equals a NULL (``IS NOT DISTINCT
+    FROM``) or matches nothing (``=``).
 
     Arrow has no multi-column look-up: each key becomes its rank among the table's distinct
     values of that column, and the ranks one integer code, on both sides.
@@ -341,19 +349,18 @@ def _lookup(keys: list, table_keys: list, values: pa.ChunkedArray) -> pa.Chunked
 
     code: pa.ChunkedArray | None = None
     table_code: pa.ChunkedArray | None = None
-    for i, (key, table_key) in enumerate(zip(keys, table_keys, strict=True)):
+    for key, table_key, nulls_equal in keys:
         distinct = pc.unique(table_key)
-        skip = i == 2  # the category id: NULL matches nothing
+        skip = not nulls_equal
         rank = pc.cast(pc.index_in(key, distinct, skip_nulls=skip), pa.int64())
         table_rank = pc.cast(pc.index_in(table_key, distinct, skip_nulls=skip), pa.int64())
-        n = len(distinct)
-        code = rank if code is None else pc.add(pc.multiply(code, _int(n)), rank)
+        width = _int(len(distinct))
+        code = rank if code is None else pc.add(pc.multiply(code, width), rank)
         table_code = (
-            table_rank
-            if table_code is None
-            else pc.add(pc.multiply(table_code, _int(n)), table_rank)
+            table_rank if table_code is None else pc.add(pc.multiply(table_code, width), table_rank)
         )
-    return pc.take(values, pc.index_in(code, table_code))
+    # a NULL code is a key that matched nothing, or a NULL under "=": never a match
+    return pc.take(values, pc.index_in(code, table_code, skip_nulls=True))
 
 
 NVTX = ModelTable(
