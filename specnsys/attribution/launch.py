@@ -6,7 +6,8 @@ name-mapping rules) open on the launching thread when that call started, found b
 lookup of the call's start in the thread's phase change points (:mod:`.phase_map`).
 
 Everything runs in Polars over the model's columnar tables with filters pushed into the scans:
-a hash join of ops to calls and one sorted as-of join, never an interval join, so cost and
+a join of ops to calls (for the timeline a merge of both sorted by key, a hash join where the
+ops keep the model's order) and one sorted as-of join, never an interval join, so cost and
 memory grow with the number of rows, not with ranges x ops.
 """
 
