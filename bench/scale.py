@@ -17,12 +17,15 @@ all in the same run with the file in the page cache:
 
 Each contender runs in its own process; wall time and peak RSS come from ``wait4`` (that
 process and its children). The load average is printed with each size: other work on the
-machine slows every contender, so compare ratios within one size.
+machine slows every contender, so compare ratios within one size. ``--repeat N`` runs the bare
+scan and the three specnsys runs in turn N times and reports each one's median run and every
+repetition's cold/bare ratio (this machine's speed drifts by up to 30% within the hour).
 
 Usage:
   python bench/scale.py                      # quick: 0.2M, 0.63M, 2M kernels (a few minutes)
   python bench/scale.py --preset full        # 2M, 6.3M, 20M kernels (>= 20M kernels, 10M NVTX)
   python bench/scale.py --kernels 5000000 --no-nsys --no-pandas
+  python bench/scale.py --kernels 2000000 --no-nsys --no-pandas --repeat 5
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,32 +108,48 @@ def measure(kernels: int, args: argparse.Namespace, analysis: list[str]) -> dict
     results: dict[str, Run] = {}
     cap = args.rss_cap_gb * 1024
 
+    # With --repeat, bare scan, cold, warm and cold open run in turn N times, so that each
+    # repetition's ratios come from the same minutes of a machine whose speed drifts; the
+    # row keeps each contender's median run and every repetition's cold/bare ratio.
+    repeats: dict[str, list[Run]] = {"bare": [], "cold": [], "warm": [], "ingest": []}
     cmd, script = bare_scan_command(path)
-    results["bare"] = run_measured(cmd, stdin=script, timeout=args.timeout)
-
-    cache = Path(tempfile.mkdtemp(prefix="specnsys-scale-cache-"))
-    env = {**os.environ, "SPECNSYS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
-    try:
-        for key in ("cold", "warm"):
-            results[key] = run_measured(
-                [*analysis, str(path)], env=env, timeout=args.timeout, rss_cap_mb=cap
+    for _ in range(args.repeat):
+        repeats["bare"].append(run_measured(cmd, stdin=script, timeout=args.timeout))
+        cache = Path(tempfile.mkdtemp(prefix="specnsys-scale-cache-"))
+        env = {**os.environ, "SPECNSYS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+        try:
+            for key in ("cold", "warm"):
+                repeats[key].append(
+                    run_measured(
+                        [*analysis, str(path)], env=env, timeout=args.timeout, rss_cap_mb=cap
+                    )
+                )
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir()
+            repeats["ingest"].append(
+                run_measured(
+                    [
+                        sys.executable,
+                        "-c",
+                        "import sys, specnsys; specnsys.open(sys.argv[1]).close()",
+                        str(path),
+                    ],
+                    env=env,
+                    timeout=args.timeout,
+                    rss_cap_mb=cap,
+                )
             )
-        shutil.rmtree(cache, ignore_errors=True)
-        cache.mkdir()
-        results["ingest"] = run_measured(
-            [
-                sys.executable,
-                "-c",
-                "import sys, specnsys; specnsys.open(sys.argv[1]).close()",
-                str(path),
-            ],
-            env=env,
-            timeout=args.timeout,
-            rss_cap_mb=cap,
-        )
-        row["cache_bytes"] = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
+            row["cache_bytes"] = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    for key, runs in repeats.items():
+        results[key] = sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]  # the median run
+    row["repeat"] = args.repeat
+    row["cold_over_bare"] = [
+        round(c.wall_s / b.wall_s, 3)
+        for b, c in zip(repeats["bare"], repeats["cold"], strict=True)
+        if c.ok
+    ]
 
     if not args.no_nsys and shutil.which("nsys"):
         with tempfile.TemporaryDirectory(prefix="specnsys-scale-nsys-") as tmp:
@@ -206,6 +226,16 @@ def report(row: dict, analysis_name: str) -> str:
         f"   {'bare sqlite3 scan of the columns read':<40}{_fmt_run(row, 'bare', None, '', size)}",
         f"   {f'specnsys {analysis_name} cold':<40}"
         f"{_fmt_run(row, 'cold', bare, 'bare scan', size)}   (goal <= 3x)",
+        *(
+            [
+                f"   {'  cold/bare of each repetition':<40}"
+                + ", ".join(f"{r:.2f}x" for r in row["cold_over_bare"])
+                + f" (median {statistics.median(row['cold_over_bare']):.2f}x; each figure "
+                f"above is the median of {row['repeat']} runs)"
+            ]
+            if row.get("repeat", 1) > 1 and row.get("cold_over_bare")
+            else []
+        ),
         f"   {'  of which ingest (cold open alone)':<40}"
         f"{_fmt_run(row, 'ingest', bare, 'bare scan', size)}",
         f"   {f'specnsys {analysis_name} warm':<40}{_fmt_run(row, 'warm', None, '', size)}"
@@ -277,6 +307,13 @@ def main() -> int:
         "otherwise, to be reused)",
     )
     parser.add_argument("--json-out", type=Path, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the bare scan and specnsys (cold, warm, cold open) N times in turn and "
+        "report each one's median run and every repetition's cold/bare ratio",
+    )
     args = parser.parse_args()
     sizes = args.kernels or PRESETS[args.preset]
     if args.nsys_timeout is None:
