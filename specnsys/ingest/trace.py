@@ -88,13 +88,7 @@ class Trace:
             if self._closed:
                 raise UsageError(f"the trace {self.path} is closed")
             con = analysis_connection(self._export_bytes)
-            for name in MODEL_TABLES:
-                if self.cache_folder is not None:
-                    source = str(self.cache_folder / f"{name}.parquet").replace("'", "''")
-                    con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
-                else:
-                    con.register(name, self._arrow[name])  # type: ignore[index]
-            self._con = con
+            self._con = _model_views(con, self.cache_folder, self._arrow)
         return self._con
 
     def sql(self, query: str) -> duckdb.DuckDBPyRelation:
@@ -208,7 +202,7 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
         if tmp is not None:
             try:
                 build_model(export, tmp)
-                summary = _summarize(_parquet_views(tmp), version, export)
+                summary = _summarize(_model_views(analysis_connection(), tmp, None), version, export)
                 final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
                 return Trace(
                     sqlite_path, summary, parquet_folder=final,
@@ -221,24 +215,23 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
                 raise
         tables = build_model(export)
         assert tables is not None
-        summary = _summarize(_arrow_views(tables), version, export)
+        summary = _summarize(_model_views(analysis_connection(), None, tables), version, export)
     return Trace(
         sqlite_path, summary, arrow_tables=tables, open_seconds=time.perf_counter() - started
     )
 
 
-def _parquet_views(folder: Path) -> duckdb.DuckDBPyConnection:
-    con = analysis_connection()
+def _model_views(
+    con: duckdb.DuckDBPyConnection, folder: Path | None, tables: dict[str, pa.Table] | None
+) -> duckdb.DuckDBPyConnection:
+    """*con* with every model table under its name: a view over its Parquet file in *folder*,
+    or else the Arrow table of *tables*."""
     for name in MODEL_TABLES:
-        source = str(folder / f"{name}.parquet").replace("'", "''")
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
-    return con
-
-
-def _arrow_views(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
-    con = analysis_connection()
-    for name, table in tables.items():
-        con.register(name, table)
+        if folder is not None:
+            source = str(folder / f"{name}.parquet").replace("'", "''")
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
+        else:
+            con.register(name, tables[name])  # type: ignore[index]
     return con
 
 
