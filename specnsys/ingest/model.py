@@ -16,6 +16,7 @@ global ids stay available as ``global_tid``/``global_pid``; names are resolved f
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import operator
 import os
@@ -265,13 +266,17 @@ class NvtxContext:
     categories: pa.Table
     nesting: pa.Table
 
+    @functools.cached_property
+    def _nesting_ids(self) -> pl.Series:
+        """The nesting's ids (sorted), made a Series once for every slice's bisection."""
+        return pl.Series(self.nesting.column("id"))
+
     def nesting_of(self, rowids: pa.ChunkedArray) -> pa.Table:
         """The nesting rows of the ranges whose ids lie in the sorted slice *rowids*."""
         if len(rowids) == 0:
             return self.nesting.slice(0, 0)
-        ids = pl.Series(self.nesting.column("id"))
-        lo = ids.search_sorted(rowids[0].as_py(), "left")
-        hi = ids.search_sorted(rowids[-1].as_py(), "right")
+        lo = self._nesting_ids.search_sorted(rowids[0].as_py(), "left")
+        hi = self._nesting_ids.search_sorted(rowids[-1].as_py(), "right")
         return self.nesting.slice(lo, hi - lo)
 
 
