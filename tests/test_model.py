@@ -416,6 +416,7 @@ def test_column_types_never_depend_on_the_first_rows(tmp_path: Path) -> None:
     con.execute("CREATE TABLE t (s TEXT, r REAL, i INTEGER, a INTEGER, b INTEGER)")
     rows = [(None, None, None, None, None)] * 5000
     rows += [("x", 1.5, 3, None, 9), (7, 2, "zz", 4, None), (None, None, None, None, None)]
+    rows += [(None, None, 2.5, b"\x01", None)]  # a real and a blob in integer columns
     con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)
     con.commit()
     con.close()
@@ -430,13 +431,14 @@ def test_column_types_never_depend_on_the_first_rows(tmp_path: Path) -> None:
         (got,) = export.read_tables([("t", columns, True)])
         (few,) = export.read_tables([("t", columns, False)], where="i IS NOT NULL")
     assert got.schema.types == [pa.int64(), pa.string(), pa.float64(), pa.int64(), pa.int64(), pa.float64()]
-    assert got.num_rows == 5003 and got.column("__rowid").to_pylist()[:2] == [1, 2]
+    assert got.num_rows == 5004 and got.column("__rowid").to_pylist()[:2] == [1, 2]
     tail = got.slice(5000).to_pylist()
     assert [(r["s"], r["r"], r["i"], r["ab"], r["absent"]) for r in tail] == [
-        ("x", 1.5, 3, 9, None), ("7", 2.0, 0, 4, None), (None, None, None, None, None)
+        ("x", 1.5, 3, 9, None), ("7", 2.0, 0, 4, None), (None, None, None, None, None),
+        (None, None, 2, 0, None),
     ]
     assert got.slice(0, 5000).column("s").null_count == 5000
-    assert few.column("i").to_pylist() == [3, 0] and few.column_names[0] == "s"
+    assert few.column("i").to_pylist() == [3, 0, 2] and few.column_names[0] == "s"
 
 
 def test_export_path_with_uri_characters_opens(tmp_path: Path) -> None:

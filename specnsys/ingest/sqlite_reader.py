@@ -10,12 +10,16 @@ costs 20-40% less CPU per value than Arrow's own SQLite driver (ADBC), measured 
 2-million-kernel bench export (about 77 ns per value, against 44 ns for SQLite totalling it).
 Its connection string carries the whole ``mode=ro&immutable=1`` URI, percent-encoded, so the
 file is opened ``O_RDONLY`` without locks. connectorx infers a column's type from the first
-row, so every column is read through an explicit ``CAST`` and each query starts with one typed
-row of constants (dropped after the read): the Arrow type never depends on the data. Text is
-read as ``BLOB`` (SQLite hands over its bytes as stored) and decoded here, because a TEXT read
-of invalid UTF-8 fails the whole query. Each value still
-costs the reader tens of nanoseconds, NULL or not, so columns the model only ever coalesces
-are coalesced inside SQLite and read as one (see :class:`RawColumn`).
+row, so each query starts with one typed row of constants (dropped after the read): the Arrow
+type never depends on the data. Text is read as ``BLOB`` (SQLite hands over its bytes as
+stored) and decoded here, because a TEXT read of invalid UTF-8 fails the whole query. Numbers
+are read as stored; a value of another storage class than its column's (text or a real in an
+integer column: SQLite keeps whatever it was given) fails the read, and that slice is read again
+with every column through an explicit ``CAST``, which converts it as SQLite does. The ``CAST``
+is not in the first read because it costs 12-20% of the read when no value needs it (the
+kernels of the 2-million-kernel bench export). Each value still costs the reader tens of
+nanoseconds, NULL or not, so columns the model only ever coalesces are coalesced inside SQLite
+and read as one (see :class:`RawColumn`).
 
 Big tables are never read whole: :meth:`SqliteExport.iter_reads` cuts each table into rowid
 slices, reads (and optionally transforms) a few of them ahead on one thread pool shared by
@@ -74,6 +78,15 @@ class RawColumn:
     def sources(self) -> tuple[str, ...]:
         """The source table's columns this column is read from."""
         return self.coalesce or (self.name,)
+
+
+@dataclass(frozen=True)
+class SliceQuery:
+    """One slice's SQL twice: *plain* reads numbers as stored (fast), *cast* converts every
+    column with ``CAST`` (read when *plain* fails on a value of another storage class)."""
+
+    plain: str
+    cast: str
 
 
 @dataclass(frozen=True)
@@ -299,8 +312,8 @@ class SqliteExport:
         def jobs() -> Iterator[tuple[int, Callable[[], pa.Table]]]:
             for index, read in enumerate(reads):
                 schema, slices = self._plan(read.table, read.columns, read.with_rowid, read.where)
-                for sql in slices or [None]:
-                    yield index, functools.partial(self._read_slice, read, schema, sql, bad_utf8)
+                for query in slices or [None]:
+                    yield index, functools.partial(self._read_slice, read, schema, query, bad_utf8)
 
         workers = max(1, workers or os.cpu_count() or 1)
         todo = jobs()
@@ -330,16 +343,20 @@ class SqliteExport:
             )
 
     def _read_slice(
-        self, read: SliceRead, schema: pa.Schema, sql: str | None, bad_utf8: Counter[str]
+        self,
+        read: SliceRead,
+        schema: pa.Schema,
+        query: SliceQuery | None,
+        bad_utf8: Counter[str],
     ) -> pa.Table:
-        """One slice of *read* (*sql* None: the empty table), restored and transformed."""
-        raw = schema.empty_table() if sql is None else self._read_arrow(sql, schema)
+        """One slice of *read* (*query* None: the empty table), restored and transformed."""
+        raw = schema.empty_table() if query is None else self._read_arrow(query, schema)
         restored = _restore_columns(raw, read.columns, read.with_rowid, read.table, bad_utf8)
         return read.transform(restored) if read.transform is not None else restored
 
     def _plan(
         self, table: str, columns: Sequence[RawColumn], with_rowid: bool, where: str | None = None
-    ) -> tuple[pa.Schema, list[str]]:
+    ) -> tuple[pa.Schema, list[SliceQuery]]:
         """(raw schema, slice queries) for one request.
 
         Every query starts with one row of typed constants (``UNION ALL`` keeps it first),
@@ -349,11 +366,13 @@ class SqliteExport:
         import pyarrow as pa
 
         present = set(self.columns(table))
-        select: list[str] = []
+        plain: list[str] = []
+        cast: list[str] = []
         typed_row: list[str] = []
         schema_fields: list[pa.Field] = []
         if with_rowid:
-            select.append("rowid AS __rowid")
+            plain.append("rowid AS __rowid")
+            cast.append("rowid AS __rowid")
             typed_row.append("0 AS __rowid")
             schema_fields.append(pa.field("__rowid", pa.int64()))
         for col in columns:
@@ -362,17 +381,25 @@ class SqliteExport:
                 continue
             value = sources[0] if len(sources) == 1 else f"COALESCE({', '.join(sources)})"
             sql_type, constant = _SQL_TYPES[col.kind]
-            select.append(f"CAST({value} AS {sql_type}) AS {_quote(col.name)}")
+            converted = f"CAST({value} AS {sql_type}) AS {_quote(col.name)}"
+            cast.append(converted)
+            plain.append(converted if col.kind == "text" else f"{value} AS {_quote(col.name)}")
             typed_row.append(f"{constant} AS {_quote(col.name)}")  # names come from here
             schema_fields.append(pa.field(col.name, _raw_arrow_type(col.kind)))
         schema = pa.schema(schema_fields)
-        if table not in self._tables or not select:
+        if table not in self._tables or not plain:
             return schema, []
         condition = f" AND ({where})" if where else ""
-        base = (
-            f"SELECT {', '.join(typed_row)} UNION ALL "
-            f"SELECT {', '.join(select)} FROM {_quote(table)} WHERE 1{condition}"
-        )
+
+        def query(select: list[str], rowids: str = "") -> str:
+            return (
+                f"SELECT {', '.join(typed_row)} UNION ALL SELECT {', '.join(select)} "
+                f"FROM {_quote(table)} WHERE 1{condition}{rowids}"
+            )
+
+        def both(rowids: str = "") -> SliceQuery:
+            return SliceQuery(query(plain, rowids), query(cast, rowids))
+
         # Two subqueries, each a single B-tree seek: SQLite's min/max optimization applies only
         # to a query with one aggregate, and ``SELECT min(rowid), max(rowid)`` scans the whole
         # table (0.25 s per 2 million kernels from the page cache, serial, before any read).
@@ -380,29 +407,34 @@ class SqliteExport:
             f"SELECT (SELECT min(rowid) FROM {_quote(table)}), (SELECT max(rowid) FROM {_quote(table)})"
         )[0]
         if lo is None:
-            return schema, [base]
+            return schema, [both()]
         lo, hi = int(lo), int(hi)
         span = hi - lo + 1
         n = max(1, -(-span // SLICE_ROWS))
         if n == 1:
-            return schema, [base]
+            return schema, [both()]
         edges = [lo + span * k // n for k in range(n + 1)]
         edges[-1] = hi + 1
         slices = [
-            f"{base} AND rowid >= {a} AND rowid < {b}"
+            both(f" AND rowid >= {a} AND rowid < {b}")
             for a, b in zip(edges, edges[1:], strict=False)
         ]
         return schema, slices
 
-    def _read_arrow(self, sql: str, schema: pa.Schema) -> pa.Table:
+    def _read_arrow(self, query: SliceQuery, schema: pa.Schema) -> pa.Table:
         import connectorx
         import pyarrow as pa
 
         try:
-            table = connectorx.read_sql(self._connectorx_uri, sql, return_type="arrow")
-        except Exception as exc:  # connectorx raises RuntimeError, parsers their own errors
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise BadInputError(f"{self.path}: unreadable SQLite data: {message}") from None
+            table = connectorx.read_sql(self._connectorx_uri, query.plain, return_type="arrow")
+        except Exception:  # any failure: the converting read below decides
+            # A value of another storage class than its column's (see the module docs), or
+            # unreadable data, which the converting read reports.
+            try:
+                table = connectorx.read_sql(self._connectorx_uri, query.cast, return_type="arrow")
+            except Exception as exc:  # connectorx raises RuntimeError, parsers their own errors
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise BadInputError(f"{self.path}: unreadable SQLite data: {message}") from None
         table = table.slice(1)  # the typed row of constants
         if table.num_rows == 0:
             return schema.empty_table()
