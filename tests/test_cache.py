@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -121,13 +122,24 @@ def test_a_warm_analyze_loads_neither_duckdb_nor_pyarrow(tmp_path: Path) -> None
     (which pyarrow pulls in) cost about 0.3 s of a 1 s warm run, so they load where a model
     is built or queried. The cold run in the same process state loads them (the test has
     teeth), but never pandas: pyarrow imports it (0.2-0.4 s) the first time it converts a
-    Python value, which the model's Arrow normalizations must therefore never ask for."""
+    Python value or makes an empty table from a schema, which the model's reads and Arrow
+    normalizations must therefore never ask for. The export has a table with columns and no
+    rows, as many real ones do."""
+    import shutil
+    import sqlite3
     import subprocess
     import sys
 
     from tests.conftest import SAMPLE_TRACES
 
-    trace = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
+    trace = tmp_path / "spec_chat_c4_k4.sqlite"
+    shutil.copyfile(SAMPLE_TRACES / trace.name, trace)
+    with contextlib.closing(sqlite3.connect(trace)) as con:
+        con.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER, end INTEGER, "
+            "correlationId INTEGER, globalPid INTEGER, syncType INTEGER)"
+        )
+        con.commit()
     probe = (
         "import sys, io, contextlib\n"
         "from specnsys.cli.main import main\n"

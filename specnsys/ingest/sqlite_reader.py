@@ -350,7 +350,7 @@ class SqliteExport:
         bad_utf8: Counter[str],
     ) -> pa.Table:
         """One slice of *read* (*query* None: the empty table), restored and transformed."""
-        raw = schema.empty_table() if query is None else self._read_arrow(query, schema)
+        raw = _empty_table(schema) if query is None else self._read_arrow(query, schema)
         restored = _restore_columns(raw, read.columns, read.with_rowid, read.table, bad_utf8)
         return read.transform(restored) if read.transform is not None else restored
 
@@ -437,11 +437,19 @@ class SqliteExport:
                 raise BadInputError(f"{self.path}: unreadable SQLite data: {message}") from None
         table = table.slice(1)  # the typed row of constants
         if table.num_rows == 0:
-            return schema.empty_table()
+            return _empty_table(schema)
         try:
             return table.cast(schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise BadInputError(f"{self.path}: unexpected column types: {exc}") from None
+
+
+def _empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of no rows: ``schema.empty_table()`` imports pandas (0.2-0.4 s, for its
+    metadata), this does not."""
+    import pyarrow as pa
+
+    return pa.Table.from_batches([], schema=schema)
 
 
 def _restore_columns(
