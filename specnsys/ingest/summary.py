@@ -74,7 +74,10 @@ def summarize(
     """
     from specnsys.ingest.model import MODEL
 
-    counts = {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in model_tables}
+    # one statement for every table's count (and no result is left unfinished: the
+    # connection goes on to serve the trace's analyses)
+    each = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t}" for t in model_tables)
+    counts = {str(t): int(n) for t, n in con.execute(each).fetchall()}
     source_row_counts = {
         t.counts_source: counts[t.name]
         for t in MODEL
@@ -86,7 +89,7 @@ def summarize(
         + (" WHERE kind IN ('push_pop', 'start_end', 'mark')" if t == "nvtx" else "")
         for t in SPAN_TABLES
     )
-    lo, hi = con.execute(f"SELECT min(lo), max(hi) FROM ({bounds})").fetchone()
+    lo, hi = _one_row(con, f"SELECT min(lo), max(hi) FROM ({bounds})")
     kinds = dict(con.execute("SELECT kind, count(*) FROM nvtx GROUP BY kind ORDER BY kind").fetchall())
     domains = [
         d
@@ -108,6 +111,12 @@ def summarize(
     )
     summary.capabilities = _capabilities(con, summary)
     return summary
+
+
+def _one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
+    """The single row of an aggregate *sql*, fetched to the end (``fetchone`` would leave the
+    result open, and DuckDB refuses the connection's next statement until it is finished)."""
+    return con.execute(sql).fetchall()[0]
 
 
 def _processes(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
@@ -139,18 +148,19 @@ def _processes(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
 
 def _capabilities(con: duckdb.DuckDBPyConnection, s: TraceSummary) -> dict[str, Capability]:
     ranges = s.nvtx_kinds.get("push_pop", 0) + s.nvtx_kinds.get("start_end", 0)
-    api = int(con.execute("SELECT count(*) FROM runtime WHERE event_class IN (0, 1)").fetchone()[0])
+    api = int(_one_row(con, "SELECT count(*) FROM runtime WHERE event_class IN (0, 1)")[0])
     gpu_ops = sum(s.row_counts.get(t, 0) for t in ("kernels", "memcpy", "memset", "graphs"))
     bandwidth = int(
-        con.execute("SELECT count(*) FROM gpus WHERE memory_bandwidth > 0").fetchone()[0]
+        _one_row(con, "SELECT count(*) FROM gpus WHERE memory_bandwidth > 0")[0]
     )
-    specnsys_ranges, specnsys_marks, specnsys_domain = con.execute(
+    specnsys_ranges, specnsys_marks, specnsys_domain = _one_row(
+        con,
         """SELECT count(*) FILTER (WHERE kind IN ('push_pop', 'start_end') AND domain = 'specnsys'),
                   count(*) FILTER (WHERE kind = 'mark' AND domain = 'specnsys'
                                    AND text IN ('proposed', 'accepted')),
                   count(*) FILTER (WHERE kind = 'domain_create' AND text = 'specnsys')
-           FROM nvtx"""
-    ).fetchone()
+           FROM nvtx""",
+    )
 
     def cap(ok: bool, yes: str, no: str) -> Capability:
         return Capability(bool(ok), yes if ok else no)

@@ -6,11 +6,13 @@ cache can be written, the same Arrow tables in memory). Nothing passes through P
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,6 +61,7 @@ class Trace:
         arrow_tables: dict[str, pa.Table] | None = None,
         from_cache: bool = False,
         open_seconds: float = 0.0,
+        connection: duckdb.DuckDBPyConnection | None = None,
     ) -> None:
         if (parquet_folder is None) == (arrow_tables is None):
             raise ValueError("give exactly one of parquet_folder and arrow_tables")
@@ -73,7 +76,9 @@ class Trace:
             self._export_bytes: int | None = path.stat().st_size
         except OSError:
             self._export_bytes = None
-        self._con: duckdb.DuckDBPyConnection | None = None
+        # the connection that summarized a model just built (its views on this model), else
+        # opened on first use
+        self._con: duckdb.DuckDBPyConnection | None = connection
         self._closed = False
 
     @property
@@ -202,12 +207,14 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
         if tmp is not None:
             try:
                 build_model(export, tmp)
-                summary = _summarize(_model_views(analysis_connection(), tmp, None), version, export)
-                final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
-                return Trace(
-                    sqlite_path, summary, parquet_folder=final,
-                    open_seconds=time.perf_counter() - started,
-                )
+                with _closed_on_error(analysis_connection(size)) as con:
+                    summary = _summarize(_model_views(con, tmp, None), version, export)
+                    final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
+                    return Trace(
+                        sqlite_path, summary, parquet_folder=final,
+                        open_seconds=time.perf_counter() - started,
+                        connection=_model_views(con, final, None),
+                    )
             except OSError as exc:
                 cache.abandon(tmp, exc)
             except BaseException:
@@ -215,21 +222,34 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
                 raise
         tables = build_model(export)
         assert tables is not None
-        summary = _summarize(_model_views(analysis_connection(), None, tables), version, export)
-    return Trace(
-        sqlite_path, summary, arrow_tables=tables, open_seconds=time.perf_counter() - started
-    )
+        with _closed_on_error(analysis_connection(size)) as con:
+            summary = _summarize(_model_views(con, None, tables), version, export)
+            return Trace(
+                sqlite_path, summary, arrow_tables=tables,
+                open_seconds=time.perf_counter() - started, connection=con,
+            )
+
+
+@contextlib.contextmanager
+def _closed_on_error(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """*con*, closed if the block raises (else it passes to the trace, which closes it)."""
+    try:
+        yield con
+    except BaseException:
+        con.close()
+        raise
 
 
 def _model_views(
     con: duckdb.DuckDBPyConnection, folder: Path | None, tables: dict[str, pa.Table] | None
 ) -> duckdb.DuckDBPyConnection:
-    """*con* with every model table under its name: a view over its Parquet file in *folder*,
-    or else the Arrow table of *tables*."""
+    """*con* with every model table under its name: a view over its Parquet file in *folder*
+    (replacing a view of the same name: the summary's views point into the entry before it is
+    committed), or else the Arrow table of *tables*."""
     for name in MODEL_TABLES:
         if folder is not None:
             source = str(folder / f"{name}.parquet").replace("'", "''")
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
         else:
             con.register(name, tables[name])  # type: ignore[index]
     return con
@@ -238,8 +258,5 @@ def _model_views(
 def _summarize(
     con: duckdb.DuckDBPyConnection, version: SchemaVersion, export: SqliteExport
 ) -> TraceSummary:
-    """Summarize the model visible in *con* (then closed)."""
-    try:
-        return summarize(con, version, export.tables, list(MODEL_TABLES))
-    finally:
-        con.close()
+    """Summarize the model visible in *con* (kept open: the trace's analyses go on in it)."""
+    return summarize(con, version, export.tables, list(MODEL_TABLES))
