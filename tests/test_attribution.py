@@ -611,3 +611,29 @@ def test_breakdown_is_kept_beside_the_cached_model(
     b.write(path)
     with specnsys.open(path) as changed:
         assert _by_phase(exclusive_phase_times(changed))["sample"]["cpu_wall_ns"] == 100
+
+
+def test_range_counts_are_the_driver_threads_ranges_starting_in_the_window(
+    tmp_path: Path,
+) -> None:
+    """Per-range times divide by these counts: a phase range counts when it is on the driver
+    thread and starts in ``[window start, window end)``, however far it runs; ranges of
+    another thread, or starting before or at the window's end, do not."""
+    b = _builder()
+    b.thread(1, 2, "helper")
+    _pp(b, 50, 150, "draft")  # starts before the window, overlaps it: not counted
+    _request(b, 100, 1000)
+    _pp(b, 100, 200, "draft")  # at the window start
+    _pp(b, 300, 400, "draft")
+    _pp(b, 320, 350, "sample")  # nested
+    _pp(b, 500, None, "verify")  # never closed
+    _pp(b, 990, 1200, "verify")  # starts inside, ends after the window
+    _pp(b, 1000, 1100, "verify")  # starts at the window end
+    for start in (110, 310, 510):  # the helper thread has fewer ranges: not the driver
+        _pp(b, start, start + 20, "verify", tid=2)
+    with _open(b, tmp_path) as t:
+        pb = exclusive_phase_times(t)
+    assert (pb.window_start_ns, pb.window_end_ns) == (100, 1000)
+    assert pb.driver_global_tid is not None
+    assert pb.range_counts == {"draft": 2, "sample": 1, "verify": 2}
+    assert PhaseBreakdown.from_dict(pb.to_dict()).range_counts == pb.range_counts

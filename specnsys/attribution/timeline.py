@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +92,9 @@ class PhaseBreakdown:
     """Name of the name-mapping rule set the phases come from."""
     unclosed_ranges: int = 0
     """Phase ranges on the driver thread with no end in the trace, counted to the window end."""
+    range_counts: dict[str, int] = field(default_factory=dict)
+    """Phase ranges per phase on the driver thread that start in the window (what per-range
+    times divide by); counted from the ranges the breakdown reads anyway."""
 
     @property
     def window_ns(self) -> int:
@@ -124,7 +127,7 @@ FRAME_SCHEMA = {
 
 #: Version of the timeline's semantics, part of the key of breakdowns kept in the trace cache:
 #: bump it whenever a change to this package would give a different breakdown.
-TIMELINE_VERSION = 1
+TIMELINE_VERSION = 2  # 2: range_counts
 
 
 def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple | None:
@@ -175,6 +178,14 @@ def _cpu_ranges(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> pl.
         pl.min_horizontal(end, pl.lit(we, _I64)).alias("e"),
         pl.col("e").is_null().alias("unclosed"),
     )
+
+
+def _range_counts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> dict[str, int]:
+    """Phase ranges per phase on the driver thread *gtid* that start in ``[ws, we)``."""
+    if gtid is None:
+        return {}
+    starts = ranges.filter((pl.col("gtid") == gtid) & (pl.col("s") >= ws) & (pl.col("s") < we))
+    return {str(p): int(n) for p, n in starts.group_by("phase").len().iter_rows()}
 
 
 def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
@@ -316,12 +327,14 @@ def exclusive_phase_times(
     ws, we = _window(trace, pid, mapping)
     gtid = _driver_thread(ranges, pid)
     cpu_ranges = _cpu_ranges(ranges, gtid, ws, we)
+    counts = _range_counts(ranges, gtid, ws, we)
     index = create_phase_index(con, mapping, ranges=ranges)
     del ranges
     try:
         breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index)
     finally:
         drop_phase_index(con, index)
+    breakdown = replace(breakdown, range_counts=counts)
     trace.store_derived("phase_breakdown", key, breakdown.to_dict())
     return breakdown
 

@@ -26,7 +26,7 @@ from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
 from specnsys.metrics.acceptance import acceptance_stats
 from specnsys.metrics.bandwidth import memory_bandwidth
-from specnsys.metrics.events import Scope, marks, range_counts, resolve
+from specnsys.metrics.events import Scope, marks, resolve
 from specnsys.metrics.memory import device_memory
 from specnsys.metrics.requests import distribution, request_latencies
 
@@ -229,7 +229,7 @@ def _analyze(
         raise BadInputError(f"{path}: nothing to analyze ({who} no phase ranges or GPU work)")
     scope = Scope.of(b, mapping)
     gpu = bool(caps["gpu_activity"].available)
-    counts = range_counts(trace, scope)
+    counts = b.range_counts
     phases = _phase_rows(b, counts, gpu)
     mode = detect_mode(counts, {k: v["wall_ns"] for k, v in phases.items()})
     if mode is None:

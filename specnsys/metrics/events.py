@@ -1,9 +1,9 @@
-"""Trace queries the metrics share: range counts per phase, marks in the window, mark phases.
+"""Trace queries the metrics share: marks in the window and the phases they fall in.
 
-Everything is scoped like the phase breakdown it complements: one process, its window
-(first ``request`` start to last ``request`` end) and, for phase ranges, its driver thread.
-Phase names come from the same name-mapping rules as the breakdown (the attribution layer's
-SQL), so counts and times always describe the same ranges.
+Everything is scoped like the phase breakdown it complements: one process and its window
+(first ``request`` start to last ``request`` end). Phase names come from the same
+name-mapping rules as the breakdown (the attribution layer's SQL); the breakdown itself
+counts the phase ranges per phase (:attr:`~specnsys.attribution.PhaseBreakdown.range_counts`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from specnsys.attribution.phase_map import (
     create_phase_index,
     drop_phase_index,
     phase_lookup_sql,
-    phase_ranges_sql,
 )
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
     from specnsys.attribution import PhaseBreakdown, PhaseRules
     from specnsys.ingest import Trace
 
-__all__ = ["Scope", "mark_phases", "marks", "marks_relation", "range_counts", "resolve"]
+__all__ = ["Scope", "mark_phases", "marks", "marks_relation", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -58,22 +57,6 @@ class Scope:
 def resolve(rules: object | None) -> PhaseRules:
     """The rules in force: *rules* (PhaseRules, built-in name or TOML path) or the default."""
     return rules_for(PHASES, DOMAIN, rules)  # type: ignore[arg-type]
-
-
-def range_counts(trace: Trace, scope: Scope) -> dict[str, int]:
-    """Phase ranges per phase that start inside the window on the driver thread.
-
-    Per-range times (one draft forward, one verify pass, one baseline forward) are a phase's
-    exclusive time divided by these counts.
-    """
-    if scope.pid is None or scope.driver_gtid is None:
-        return {}
-    rows = trace.connection.execute(
-        f"""SELECT phase, count(*) FROM ({phase_ranges_sql(scope.rules)})
-            WHERE gtid = $gtid AND s >= $ws AND s < $we GROUP BY phase""",
-        {"gtid": scope.driver_gtid, "ws": scope.start_ns, "we": scope.end_ns},
-    ).fetchall()
-    return {str(p): int(n) for p, n in rows}
 
 
 def marks_relation(
