@@ -21,10 +21,11 @@ import itertools
 import operator
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -609,10 +610,12 @@ MODEL = (
     THREADS, PROCESSES, NVTX, RUNTIME, KERNELS, MEMCPY, MEMSET, GRAPHS, SYNC, GPU_METRICS, GPUS
 )
 assert tuple(t.name for t in MODEL) == MODEL_TABLES
-#: The order tables are built in: NVTX after the two big tables, so that its preparation
-#: (see :func:`build_model`) runs while they are read.
+#: The order tables are built in: the runtime calls first, their raw slices read while
+#: DuckDB and the strings are set up (the tables normalized by a query need that set-up);
+#: NVTX after the two big tables, so that its preparation runs while they are read (see
+#: :func:`build_model`).
 BUILD_ORDER = (
-    THREADS, PROCESSES, RUNTIME, KERNELS, NVTX, MEMCPY, MEMSET, GRAPHS, SYNC, GPU_METRICS, GPUS
+    RUNTIME, KERNELS, THREADS, PROCESSES, NVTX, MEMCPY, MEMSET, GRAPHS, SYNC, GPU_METRICS, GPUS
 )
 assert set(BUILD_ORDER) == set(MODEL) and len(BUILD_ORDER) == len(MODEL)
 
@@ -802,38 +805,27 @@ def build_model(
     the model that is returned. An OSError while writing propagates, so the caller can fall
     back to memory.
     """
-    import duckdb
     import pyarrow as pa
 
     scratch = _scratch_folder(parquet_folder)
-    con = duckdb.connect(config=duckdb_config(export.path.stat().st_size, scratch))
-    prep_cursor = con.cursor()
-    prep_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specnsys-nvtx")
+    prep_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specnsys-prep")
+    # DuckDB (its import, the connection, the strings) is set up on a thread of its own
+    # while the reader starts on the runtime calls, whose raw slices need no DuckDB: only
+    # their normalization waits for the strings. On the 2M-kernel bench export the set-up
+    # took the first 0.3 s of the build with one core idle. The same thread then gathers
+    # what NVTX rows need from the whole table, while the calls and kernels are read.
+    db_ready = prep_pool.submit(_open_build_db, export, scratch)
+    nvtx_ready = prep_pool.submit(_prepare_nvtx_in, db_ready, export)
+    cursors = _WorkerCursors(lambda: db_ready.result().con)
     try:
-        con.execute("SET enable_progress_bar = false")  # a library must not draw on stderr
-        strings = export.read_tables([(STRINGS.table, STRINGS.columns, STRINGS.with_rowid)])[0]
-        con.register("raw_strings", strings)
-        # A real table (not TEMP): the per-slice queries run on cursors, other connections.
-        con.execute(
-            "CREATE TABLE strings AS SELECT id, any_value(value) AS value "
-            "FROM raw_strings GROUP BY id"
-        )
-        con.unregister("raw_strings")
-        del strings
-        lookup = _string_lookup(con)
         built: dict[str, pa.Table] = {}
-        # What NVTX rows need from the whole table is gathered on a thread of its own (with its
-        # own cursor) while the runtime calls and kernels are built: its narrow reads and the
-        # nesting keep the cores busy that the start of the build would leave half idle.
-        nvtx_ready = prep_pool.submit(_prepare_nvtx, prep_cursor, export)
-        cursors = _WorkerCursors(con)
 
         def reads() -> Iterator[SliceRead]:
             # Pulled by the reader when the previous table's last slice is submitted: each
             # table's small side tables are registered then, before its first slice is read.
             for table in BUILD_ORDER:
-                context = NormalizeContext(lookup, nvtx_ready.result() if table is NVTX else None)
-                yield _row_local_read(con, export, table, cursors, context)
+                context = _LazyContext(db_ready, nvtx_ready if table is NVTX else None)
+                yield _row_local_read(db_ready, export, table, cursors, context)
 
         try:
             with contextlib.closing(export.iter_reads(reads())) as slices:
@@ -845,7 +837,7 @@ def build_model(
                     else:
                         _write_parquet(parts, parquet_folder / f"{table.name}.parquet")
                     for src in _side_sources(table):
-                        con.execute(f"DROP TABLE IF EXISTS {src.alias}")
+                        db_ready.result().con.execute(f"DROP TABLE IF EXISTS {src.alias}")
         finally:
             cursors.close()
             # Arrow's allocator keeps the slices' freed buffers for reuse; the analysis that
@@ -853,18 +845,85 @@ def build_model(
             # kernels bench export the cold analyze peaked 110 MB higher with them kept).
             pa.default_memory_pool().release_unused()
         return None if parquet_folder is not None else built
-    except duckdb.IOException as exc:
-        raise OSError(str(exc).splitlines()[0]) from None
-    except (duckdb.OutOfRangeException, duckdb.ConversionException, ValuesOutOfRange) as exc:
-        # e.g. timestamps near the int64 limits, whose differences overflow: bad data, not a bug
-        detail = str(exc).splitlines()[0]
-        raise BadInputError(f"{export.path}: values out of range: {detail}") from None
+    except Exception as exc:
+        translated = _build_error(exc, export)
+        if translated is None:
+            raise
+        raise translated from None
     finally:
         prep_pool.shutdown(wait=True, cancel_futures=True)
-        prep_cursor.close()
-        con.close()
+        if db_ready.done() and not db_ready.cancelled() and db_ready.exception() is None:
+            db_ready.result().con.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _build_error(exc: Exception, export: SqliteExport) -> Exception | None:
+    """What a failed build raises instead of *exc*: an OSError for DuckDB's I/O errors (the
+    caller falls back to memory), a one-line BadInputError for values out of range (e.g.
+    timestamps near the int64 limits, whose differences overflow: bad data, not a bug); None
+    to let *exc* through."""
+    duckdb = sys.modules.get("duckdb")  # imported on the set-up thread, if it got that far
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if duckdb is not None and isinstance(exc, duckdb.IOException):
+        return OSError(detail)
+    out_of_range = (ValuesOutOfRange,)
+    if duckdb is not None:
+        out_of_range += (duckdb.OutOfRangeException, duckdb.ConversionException)
+    if isinstance(exc, out_of_range):
+        return BadInputError(f"{export.path}: values out of range: {detail}")
+    return None
+
+
+@dataclass(frozen=True)
+class _BuildDb:
+    """The build's DuckDB connection (holding ``strings`` and the side tables) and the
+    strings for the Arrow normalizations."""
+
+    con: duckdb.DuckDBPyConnection
+    strings: StringLookup
+
+
+def _open_build_db(export: SqliteExport, scratch: Path | None) -> _BuildDb:
+    import duckdb
+
+    con = duckdb.connect(config=duckdb_config(export.path.stat().st_size, scratch))
+    try:
+        con.execute("SET enable_progress_bar = false")  # a library must not draw on stderr
+        strings = export.read_tables([(STRINGS.table, STRINGS.columns, STRINGS.with_rowid)])[0]
+        con.register("raw_strings", strings)
+        # A real table (not TEMP): the per-slice queries run on cursors, other connections.
+        con.execute(
+            "CREATE TABLE strings AS SELECT id, any_value(value) AS value "
+            "FROM raw_strings GROUP BY id"
+        )
+        con.unregister("raw_strings")
+        return _BuildDb(con, _string_lookup(con))
+    except BaseException:
+        con.close()
+        raise
+
+
+def _prepare_nvtx_in(db_ready: Future[_BuildDb], export: SqliteExport) -> NvtxContext:
+    """:func:`_prepare_nvtx` on a cursor of its own, once the build's DuckDB is set up."""
+    cursor = db_ready.result().con.cursor()
+    try:
+        return _prepare_nvtx(cursor, export)
+    finally:
+        cursor.close()
+
+
+class _LazyContext:
+    """A table's :class:`NormalizeContext` once the set-up it needs is done: a slice read
+    before then waits for it in its normalization, not in its read."""
+
+    def __init__(self, db_ready: Future[_BuildDb], nvtx_ready: Future[NvtxContext] | None) -> None:
+        self._db_ready = db_ready
+        self._nvtx_ready = nvtx_ready
+
+    def __call__(self) -> NormalizeContext:
+        nvtx = self._nvtx_ready.result() if self._nvtx_ready is not None else None
+        return NormalizeContext(self._db_ready.result().strings, nvtx)
 
 
 def _string_lookup(con: duckdb.DuckDBPyConnection) -> StringLookup:
@@ -923,8 +982,8 @@ class _WorkerCursors:
     """One DuckDB cursor per reader thread (a connection is not to be shared by threads),
     created on first use and closed together."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self._con = con
+    def __init__(self, connection: Callable[[], duckdb.DuckDBPyConnection]) -> None:
+        self._connection = connection  # asked for on first use: it may still be set up
         self._local = threading.local()
         self._all: list[duckdb.DuckDBPyConnection] = []
         self._lock = threading.Lock()
@@ -933,7 +992,7 @@ class _WorkerCursors:
         cursor = getattr(self._local, "cursor", None)
         if cursor is None:
             with self._lock:
-                cursor = self._local.cursor = self._con.cursor()
+                cursor = self._local.cursor = self._connection().cursor()
                 self._all.append(cursor)
         return cursor
 
@@ -948,23 +1007,24 @@ def _side_sources(table: ModelTable) -> list[SourceRead]:
 
 
 def _row_local_read(
-    con: duckdb.DuckDBPyConnection,
+    db_ready: Future[_BuildDb],
     export: SqliteExport,
     table: ModelTable,
     cursors: _WorkerCursors,
-    context: NormalizeContext,
+    context: Callable[[], NormalizeContext],
 ) -> SliceRead:
     """The read that builds *table* slice by slice: through its Arrow normalization (given
-    *context*), or through its query, after its side sources are registered in *con*."""
+    *context*, asked for by each slice's normalization), or through its query, after its
+    side sources are registered in the build's DuckDB."""
     alias = ROW_LOCAL_SOURCE[table.name]
     (stream,) = [src for src in table.sources if src.alias == alias]
     if table.arrow is not None:
         arrow = table.arrow
         return SliceRead(
-            stream.table, stream.columns, stream.with_rowid, lambda raw: arrow(raw, context)
+            stream.table, stream.columns, stream.with_rowid, lambda raw: arrow(raw, context())
         )
     for src in _side_sources(table):
-        _register_small(con, export, src)
+        _register_small(db_ready.result().con, export, src)
     query = table.sql(export)
 
     def normalize(raw: pa.Table) -> pa.Table:
