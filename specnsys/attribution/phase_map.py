@@ -60,11 +60,13 @@ CHANGE_POINT_SCHEMA = {
 }
 
 
-def mapped_nvtx_sql(rules: PhaseRules) -> str:
-    """SELECT of the NVTX ranges with their mapped ``phase`` (NULL when no rule matches)."""
+def mapped_nvtx_sql(rules: PhaseRules, extra: Sequence[str] = ()) -> str:
+    """SELECT of the NVTX ranges with their mapped ``phase`` (NULL when no rule matches), and
+    the *extra* ``nvtx`` columns a caller needs besides (read in the same scan)."""
+    more = "".join(f", {column}" for column in extra)
     return f"""
         SELECT id, global_tid AS gtid, pid, start AS s, "end" AS e, kind, depth,
-               {rules.phase_sql()} AS phase
+               {rules.phase_sql()} AS phase{more}
         FROM nvtx
         WHERE kind IN ('push_pop', 'start_end') AND start IS NOT NULL
     """

@@ -56,10 +56,9 @@ def request_latencies(trace: Trace, scope: Scope) -> pl.DataFrame:
     """
     sql = f"""
     WITH req AS (
-        SELECT n.id, n.start AS s, n."end" AS e, n.payload_int AS request_id,
-               coalesce(n.end_global_tid, n.global_tid) AS eg
-        FROM ({mapped_nvtx_sql(scope.rules)}) m JOIN nvtx n ON n.id = m.id
-        WHERE m.phase = '{REQUEST}' AND m.pid = $pid
+        SELECT id, s, e, payload_int AS request_id, coalesce(end_global_tid, gtid) AS eg
+        FROM ({mapped_nvtx_sql(scope.rules, ("payload_int", "end_global_tid"))})
+        WHERE phase = '{REQUEST}' AND pid = $pid
     ),
     mk AS (
         SELECT id AS mark_id, text AS name, payload_int AS v, start AS t, global_tid AS g
