@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import bare_scan_script, read_columns
+from common import bare_scan_script, compile_specnsys, read_columns
 
 import specnsys
 from specnsys.testing.builder import VM_BITS, create_tables
@@ -191,6 +191,7 @@ def main() -> int:
     parser.add_argument("--kernels", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    compile_specnsys()
     steps = -(-args.kernels // KERNELS_PER_STEP)
     out = Path(__file__).resolve().parent / "out"
     out.mkdir(exist_ok=True)

@@ -41,7 +41,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import OUT, Run, Shape, bare_scan_command, ensure_export, load_average, run_measured
+from common import (
+    OUT,
+    Run,
+    Shape,
+    bare_scan_command,
+    compile_specnsys,
+    ensure_export,
+    load_average,
+    run_measured,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -318,6 +327,7 @@ def main() -> int:
     sizes = args.kernels or PRESETS[args.preset]
     if args.nsys_timeout is None:
         args.nsys_timeout = NSYS_TIMEOUT[args.preset]
+    compile_specnsys()
     analysis = _analysis_command()
     analysis_name = analysis[-2]
     rows = []
