@@ -88,7 +88,11 @@ class Trace:
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The DuckDB connection holding the model's views (for relation chaining), opened on
-        first use: a command that only reads results stored in the cache never loads DuckDB."""
+        first use: a command that only reads results stored in the cache never loads DuckDB.
+
+        specnsys's analyses run on this connection too, and DuckDB refuses a connection's next
+        statement while a result of ``execute`` is not fetched to the end: fetch what you
+        execute (``fetchall``, ``pl()``), or use :meth:`sql`, whose relations run when read."""
         if self._con is None:
             if self._closed:
                 raise UsageError(f"the trace {self.path} is closed")
