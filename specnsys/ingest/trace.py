@@ -31,7 +31,6 @@ from specnsys.ingest.nsys_rep import export_report_if_needed
 from specnsys.ingest.quality import require_plausible_times
 from specnsys.ingest.readonly_sql import check_read_only
 from specnsys.ingest.schema import (
-    SchemaVersion,
     detect_version,
     require_events,
     require_nsys_tables,
@@ -212,7 +211,9 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
             try:
                 build_model(export, tmp)
                 with _closed_on_error(analysis_connection(size)) as con:
-                    summary = _summarize(_model_views(con, tmp, None), version, export)
+                    summary = summarize(
+                        _model_views(con, tmp, None), version, export.tables, list(MODEL_TABLES)
+                    )
                     final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
                     return Trace(
                         sqlite_path, summary, parquet_folder=final,
@@ -227,7 +228,9 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
         tables = build_model(export)
         assert tables is not None
         with _closed_on_error(analysis_connection(size)) as con:
-            summary = _summarize(_model_views(con, None, tables), version, export)
+            summary = summarize(
+                _model_views(con, None, tables), version, export.tables, list(MODEL_TABLES)
+            )
             return Trace(
                 sqlite_path, summary, arrow_tables=tables,
                 open_seconds=time.perf_counter() - started, connection=con,
@@ -257,10 +260,3 @@ def _model_views(
         else:
             con.register(name, tables[name])  # type: ignore[index]
     return con
-
-
-def _summarize(
-    con: duckdb.DuckDBPyConnection, version: SchemaVersion, export: SqliteExport
-) -> TraceSummary:
-    """Summarize the model visible in *con* (kept open: the trace's analyses go on in it)."""
-    return summarize(con, version, export.tables, list(MODEL_TABLES))
