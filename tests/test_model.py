@@ -126,13 +126,16 @@ def test_runtime_names_and_backtrace_rows(trace: specnsys.Trace) -> None:
     ]
 
 
+@pytest.mark.parametrize("use_cache", [False, True], ids=["in-memory", "cached"])
 def test_names_and_ids_that_resolve_to_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use_cache: bool
 ) -> None:
-    """Runtime calls and kernels are normalized in Arrow (not SQL): a string id that is not in
-    StringIds (a negative one too) and a NULL global id must give NULLs as the LEFT JOIN and
-    the SQL arithmetic do, and each slice must strip version suffixes of its own names
-    (slices of 2 rows here, so the names of one slice are not those of the next)."""
+    """Runtime calls, kernels and NVTX rows are normalized in Arrow (not SQL): a string id
+    that is not in StringIds (a negative one too), a NULL string id and a NULL global id must
+    give NULLs as the LEFT JOIN and the SQL arithmetic do, and each slice must strip version
+    suffixes of its own names (slices of 2 rows here, so the names of one slice are not those
+    of the next). Names are dictionary-coded per slice; the cached model (Parquet, where a
+    dictionary may hold no NULL) and the in-memory one must read back the same."""
     import sqlite3
 
     import specnsys.ingest.sqlite_reader as reader
@@ -147,6 +150,8 @@ def test_names_and_ids_that_resolve_to_nothing(
     b.runtime(40, 45, "lost", 5, pid=7, tid=7)
     for i in range(1, 5):
         b.kernel(100 * i, 100 * i + 50, f"k{i}", i, pid=7)
+    for i, text in enumerate(["a", "b", "c", "d", "e"]):  # every text by id: coded slices
+        b.push_pop(1000 + 10 * i, 1005 + 10 * i, text, pid=7, tid=7)
     path = b.write(tmp_path / "dangling.sqlite")
     with sqlite3.connect(path) as db:
         db.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 999999 WHERE correlationId = 3")
@@ -154,7 +159,12 @@ def test_names_and_ids_that_resolve_to_nothing(
                    "WHERE correlationId = 5")
         db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = -1, demangledName = 123456, "
                    "globalPid = NULL WHERE correlationId = 2")
-    with specnsys.open(path, use_cache=False) as t:
+        db.execute("UPDATE NVTX_EVENTS SET textId = 999999 WHERE start = 1010")
+        db.execute("UPDATE NVTX_EVENTS SET textId = NULL WHERE start = 1030")
+        db.execute("UPDATE NVTX_EVENTS SET textId = -3 WHERE start IN (1020, 1040)")
+    with specnsys.open(path, use_cache=use_cache) as t:
+        texts = t.sql("SELECT start, text FROM nvtx WHERE start >= 1000 ORDER BY start").fetchall()
+        polars_texts = t.table("nvtx").filter(pl.col("start") >= 1000).collect()
         runtime = t.sql(
             "SELECT correlation_id, name, raw_name, pid, tid, duration FROM runtime"
         ).fetchall()
@@ -171,6 +181,9 @@ def test_names_and_ids_that_resolve_to_nothing(
     assert [(k[0], k[1], k[3]) for k in kernels] == [(1, "k1", 7), (2, None, None), (3, "k3", 7),
                                                     (4, "k4", 7)]
     assert kernels[1][2] is None and {k[4] for k in kernels} == {50}
+    assert texts == [(1000, "a"), (1010, None), (1020, None), (1030, None), (1040, None)]
+    assert polars_texts.schema["text"] == pl.String
+    assert polars_texts.sort("start")["text"].to_list() == [t for _, t in texts]
 
 
 def test_gpu_activity_tables(trace: specnsys.Trace) -> None:
