@@ -64,3 +64,62 @@ def test_no_launching_call_flags_no_op(tmp_path: Path) -> None:
     with specnsys.open(b.write(tmp_path / "t.sqlite"), use_cache=False) as trace:
         assert _launch_counts(trace) == {"gpu_unlaunched": 0, "shared_correlation": 0}
         assert not any("launch" in n for n in data_warnings(trace))
+
+
+def _messy_loop(path: Path) -> Path:
+    """A small annotated loop with a kernel nobody launched, an unclosed and a backwards
+    range: three notes."""
+    b = NsysExportBuilder()
+    b.process(1, "p")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys")
+    for i in range(4):
+        t = 100 * i
+        b.push_pop(t, t + 90, "decode", domain_id=1)
+        b.push_pop(t + 2, t + 80, "forward", domain_id=1)
+        b.runtime(t + 5, t + 8, "cudaLaunchKernel", i)
+        b.kernel(t + 10, t + 60, "step", i)
+    b.kernel(500, 510, "orphan", 99)
+    b.push_pop(600, None, "decode", domain_id=1)  # never closed
+    b.push_pop(700, 650, "forward", domain_id=1)  # ends before it starts
+    return b.write(path)
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "in-memory"])
+def test_checks_beside_an_analysis_equal_the_checks_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use_cache: bool
+) -> None:
+    """``data_warnings_beside`` runs the checks on another thread (SQL on a cursor) while the
+    block analyzes on the trace's own connection; with the model in memory (a cursor does
+    not see its tables) they run as the block ends. Either way the notes are those of the
+    checks run alone, and the block's error propagates once the checks are done."""
+    import threading
+
+    import specnsys.ingest.quality as quality
+    from specnsys.metrics import analyze_trace
+
+    path = _messy_loop(tmp_path / "messy.sqlite")
+    with specnsys.open(path, use_cache=False) as alone:
+        expected = data_warnings(alone)
+    assert len(expected) == 3
+    threads: list[str] = []
+
+    def recorded(trace: specnsys.Trace, **kw: object) -> list[str]:
+        threads.append(threading.current_thread().name)
+        return data_warnings(trace, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(quality, "data_warnings", recorded)
+    with specnsys.open(path, use_cache=use_cache) as trace:
+        with quality.data_warnings_beside(trace) as notes:
+            analysis = analyze_trace(trace)
+        assert notes() == expected and analysis.to_dict()
+    main = threading.current_thread().name
+    assert threads == (["specnsys-checks_0"] if use_cache else [main])
+    copy = tmp_path / "copy.sqlite"  # a second cache entry: nothing stored for it yet
+    copy.write_bytes(path.read_bytes())
+    with specnsys.open(copy, use_cache=use_cache) as trace:
+        with pytest.raises(KeyError), quality.data_warnings_beside(trace):
+            raise KeyError("the analysis failed")
+        with quality.data_warnings_beside(trace) as notes:
+            pass
+        assert notes() == expected

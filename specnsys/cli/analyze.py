@@ -7,7 +7,7 @@ from typing import Any
 
 from specnsys.errors import BadInputError
 from specnsys.ingest import open_trace
-from specnsys.ingest.quality import data_warnings, warn_skipped
+from specnsys.ingest.quality import data_warnings_beside, warn_skipped
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,13 +43,14 @@ def load_rules_arg(spec: str | None) -> Any:
 
 
 def analyze_path(path: str, *, rules: Any = None, pid: int | None = None, use_cache: bool = True):
-    """Open *path* and analyze it (the trace is closed again before returning)."""
+    """Open *path* and analyze it (the trace is closed again before returning); the
+    data-quality checks run beside the analysis."""
     from specnsys.metrics import analyze_trace
 
-    with open_trace(path, use_cache=use_cache) as trace:
+    with open_trace(path, use_cache=use_cache) as trace, data_warnings_beside(trace) as notes:
         analysis = analyze_trace(trace, rules=rules, pid=pid)
-        warn_skipped(data_warnings(trace), path)  # malformed rows the analysis skipped
-        return analysis
+    warn_skipped(notes(), path)  # malformed rows the analysis skipped
+    return analysis
 
 
 def run(args: argparse.Namespace) -> int:

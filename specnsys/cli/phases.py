@@ -8,7 +8,7 @@ from specnsys.attribution.rules import resolve_rules
 from specnsys.attribution.timeline import exclusive_phase_times
 from specnsys.errors import BadInputError
 from specnsys.ingest import open_trace
-from specnsys.ingest.quality import data_warnings, warn_skipped
+from specnsys.ingest.quality import data_warnings_beside, warn_skipped
 from specnsys.report.phases_text import render_phases_json, render_phases_text
 
 
@@ -29,9 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     rules = resolve_rules(args.rules) if args.rules else None  # bad rules fail before ingest
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
-        breakdown = exclusive_phase_times(trace, pid=args.pid, rules=rules)
+        with data_warnings_beside(trace) as checked:
+            breakdown = exclusive_phase_times(trace, pid=args.pid, rules=rules)
         caps = trace.summary.capabilities
-        notes = data_warnings(trace)  # what was skipped, said after success (exit 2 = 1 line)
+        notes = checked()  # what was skipped, said after success (exit 2 = 1 line)
     if breakdown.window_ns <= 0:
         who = f"process {args.pid} has" if args.pid is not None else "the trace has"
         raise BadInputError(
