@@ -125,7 +125,7 @@ class StringLookup:
 
         The strings are never copied per row, and Parquet takes the dictionary as its own
         instead of hashing every string again: on the 2M kernels of the bench export the
-        kernels' normalization and write took 0.37 CPU-s against 0.60."""
+        kernels' normalization and write took 0.43 CPU-s against 0.57-0.68."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -133,10 +133,10 @@ class StringLookup:
             ids = ids.combine_chunks()
         # a NULL id is a value like any other here, looked up as resolve() looks it up
         distinct = pc.dictionary_encode(ids, null_encoding="encode")
-        return coded(distinct.indices, self.resolve(distinct.dictionary))
+        return _coded(distinct.indices, self.resolve(distinct.dictionary))
 
 
-def coded(indices: pa.Array, values: pa.Array) -> pa.DictionaryArray:
+def _coded(indices: pa.Array, values: pa.Array) -> pa.DictionaryArray:
     """*values* at *indices* as a dictionary array whose dictionary holds no NULL (Parquet's
     writer refuses one that does): an index of a NULL value becomes a NULL index."""
     import pyarrow as pa
@@ -152,7 +152,7 @@ def coded(indices: pa.Array, values: pa.Array) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(indices, values)
 
 
-def decoded(table: pa.Table) -> pa.Table:
+def _decoded(table: pa.Table) -> pa.Table:
     """*table* with its dictionary columns as plain strings: the model's columns as readers
     see them (the cache's Parquet files store no Arrow schema, see :func:`_write_parquet`)."""
     import pyarrow as pa
@@ -459,7 +459,7 @@ def _runtime_arrow(raw: pa.Table, context: NormalizeContext) -> pa.Table:
             "start": col("start"),
             "end": col("end"),
             "duration": _duration(raw, "CUPTI_ACTIVITY_KIND_RUNTIME"),
-            "name": coded(raw_names.indices, names),
+            "name": _coded(raw_names.indices, names),
             "raw_name": raw_names,
             "correlation_id": col("correlationId"),
             "event_class": col("eventClass"),
@@ -892,7 +892,7 @@ def build_model(
                     table = BUILD_ORDER[index]
                     parts = (part for _, part in group)
                     if parquet_folder is None:
-                        built[table.name] = pa.concat_tables([decoded(p) for p in parts])
+                        built[table.name] = pa.concat_tables([_decoded(p) for p in parts])
                     else:
                         _write_parquet(parts, parquet_folder / f"{table.name}.parquet")
                     for src in _side_sources(table):
@@ -1114,9 +1114,9 @@ def _write_parquet(slices: Iterable[pa.Table], target: Path) -> None:
                 # schema is stored, so every reader sees text columns as plain strings.
                 # Integers are delta-coded: times and ids mostly grow row by row, so their
                 # bit-packed differences are small. On the 2M-kernel bench export the runtime
-                # and kernel writes took 0.26-0.31 / 0.36-0.42 CPU-s against 0.41-0.47 /
-                # 0.46-0.50 (plain + LZ4), and the analysis read them back in 3.0-3.4 CPU-s
-                # against 3.8; the real corpus's caches are 25-65% smaller.
+                # and kernels took 0.26-0.31 / 0.36-0.42 CPU-s to normalize and write against
+                # 0.41-0.47 / 0.46-0.50 (plain + LZ4), and the analysis of the cache took
+                # 3.0-3.4 CPU-s against 3.8; the real corpus's caches are 24-63% smaller.
                 text = [
                     f.name
                     for f in part.schema
