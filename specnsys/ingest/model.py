@@ -142,8 +142,6 @@ def _coded(indices: pa.Array, values: pa.Array) -> pa.DictionaryArray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if isinstance(indices, pa.ChunkedArray):
-        indices = indices.combine_chunks()
     if values.null_count:
         # (scalars made in Arrow: pyarrow imports pandas to convert a Python value)
         present = pc.take(pc.is_valid(values), indices)

@@ -170,7 +170,12 @@ def data_warnings_beside(trace: Trace) -> Iterator[Callable[[], list[str]]]:
     are registered on the trace's connection, and a cursor does not see them), the notes
     are computed as the block ends. Either way they are ready when the block has ended
     (while the trace is still open): call the function then."""
-    if trace.cache_folder is None or trace.load_derived("data_warnings", _KEY) is not None:
+    stored = trace.load_derived("data_warnings", _KEY)
+    if stored is not None:
+        notes = list(stored["notes"])
+        yield lambda: notes
+        return
+    if trace.cache_folder is None:
         found: list[list[str]] = []
 
         def notes_now() -> list[str]:
