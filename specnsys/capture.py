@@ -2,19 +2,34 @@
 
 nsys can stop at three points: a ``.qdstrm`` stream (its importer missing, as in Debian's split
 package), an ``.nsys-rep`` report (export not requested or failed), or the ``.sqlite`` export.
-This module finishes whichever step is missing, bounds every step with a timeout, and, when a
-capture fails, ends the nsys agent processes that this capture started (seen here: an agent left
-behind by a hung capture burned a core for half an hour).
+This module finishes whichever step is missing and bounds every step with a timeout.
+
+A capture owns exactly what it started, and nothing else. nsys 2022.4 daemonizes its agent
+(parent 1, a session of its own) and its launcher starts the profiled program in yet another
+session, so neither the process group nor the session of the nsys we start holds them; but every
+one of them inherits the environment, so the capture marks it (``SPECNSYS_CAPTURE_ID``) and
+finds its processes by that mark, their descendants and nsys's session, never by name. When a
+capture fails, times out or is interrupted, those processes are ended, and the files nsys keeps
+outside its temp folder (which is private to the capture) are removed. Output is written in a
+staging folder beside the output and moved into place only on success, so that a failed capture
+never destroys an earlier trace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import re
+import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +45,16 @@ class CaptureError(SpecnsysError):
 
 # CPU sampling and context-switch tracing hang nsys 2022.4 at shutdown on these machines.
 SAFE_FLAGS = ("--sample=none", "--cpuctxsw=none")
+# Inherited by every process a capture starts; holds the ids of the captures it belongs to
+# (colon-separated, so that a capture inside a profiled program still finds its own).
+MARKER = "SPECNSYS_CAPTURE_ID"
+_WATCH_S = 1.0  # how often a running capture notes its processes and nsys's files
+_END_S = 10.0  # how long ending a capture's processes may take before giving up
+_SHM = Path("/dev/shm")
+# nsys 2022.4 writes these into /tmp whatever TMPDIR says; the profiled program's environment
+# names them (QUADD_INJECTION_CONFIG, QUADD_OS_RUNTIME_CONFIG).
+_INJECTION_CONFIG = re.compile(rb"/tmp/injection_config_[0-9a-f]+")
+_REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdstrm")
 
 
 @dataclass(frozen=True)
@@ -45,27 +70,6 @@ def default_trace_kinds() -> str:
     return "cuda,nvtx,osrt" if Path("/dev/nvidia0").exists() else "nvtx,osrt"
 
 
-def _nsys_processes() -> set[int]:
-    """pids of running processes whose command line mentions nsys (agents included)."""
-    pids: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"nsys" in cmdline.split(b"\0", 1)[0] or b"--start-agent" in cmdline:
-            pids.add(int(entry.name))
-    return pids
-
-
-def _end_processes(pids: set[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def profile(
     command: Sequence[str],
     output: str | Path,
@@ -73,74 +77,361 @@ def profile(
     trace: str | None = None,
     timeout_s: float = 600,
     extra_args: Sequence[str] = (),
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> CaptureResult:
     """Run *command* under ``nsys profile`` and return the path of its SQLite export.
 
     *output* is the report's base name (``.nsys-rep``/``.sqlite`` are appended; a given
-    suffix is dropped). Raises :class:`CaptureError` when no export can be produced.
+    suffix is dropped); files already there are replaced only when the capture succeeds.
+    Raises :class:`CaptureError` when no export can be produced, and when the profiled command
+    fails (its trace is then kept at the base name if that is free, else at ``<base>.failed``).
+    On a timeout or an interrupt (SIGINT, SIGTERM, SIGHUP: :class:`KeyboardInterrupt`), every
+    process of the capture is ended and its temporary files are removed before raising.
     """
     if not command:
         raise UsageError("no command to profile (give it after --)")
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"the timeout must be a positive number of seconds, not {timeout_s!r}")
     nsys = find_nsys()
     if nsys is None:
         raise CaptureError("nsys not found on PATH (install Nsight Systems or set SPECNSYS_NSYS)")
-    base = Path(output)
-    for suffix in (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm"):
-        if base.name.endswith(suffix):
-            base = base.with_name(base.name[: -len(suffix)])
-    base.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in (".sqlite", ".nsys-rep", ".qdstrm"):
-        base.with_name(base.name + suffix).unlink(missing_ok=True)
-    cmd = [
-        nsys, "profile", "-t", trace or default_trace_kinds(), *SAFE_FLAGS,
-        "--force-overwrite=true", "--export=sqlite", "-o", str(base), *extra_args,
-        *command,
-    ]
-    before = _nsys_processes()
+    base = _base_name(Path(output))
+    nsys_args = (nsys, trace or default_trace_kinds(), tuple(extra_args), tuple(command))
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True, env=env,
-    )
+    capture = _Capture(base, env)
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        _end_processes(_nsys_processes() - before)
-        raise CaptureError(f"nsys profile did not finish in {timeout_s:g} s; capture abandoned") from None
-    sqlite = base.with_name(base.name + ".sqlite")
-    report = base.with_name(base.name + ".nsys-rep")
-    stream = base.with_name(base.name + ".qdstrm")
-    try:
-        if not sqlite.is_file() and not report.is_file() and stream.is_file():
-            _import_stream(nsys, stream, report)
-        if not sqlite.is_file() and report.is_file():
-            export_report_to(nsys, report, sqlite)
-    except SpecnsysError:
-        _end_processes(_nsys_processes() - before)
+        with _interrupts_on_termination():
+            returncode = capture.run(_nsys_command(*nsys_args, capture.staged), timeout_s)
+            capture.finish(nsys)
+            kept = base if returncode == 0 or not _any_report(base) else _failed_name(base)
+            sqlite, report = capture.publish(kept)
+    except BaseException:
+        with _signals_held():
+            capture.abandon()
         raise
-    if not sqlite.is_file():
-        _end_processes(_nsys_processes() - before)
-        tail = [line for line in (out or "").strip().splitlines() if line.strip()]
-        detail = tail[-1] if tail else f"exit status {proc.returncode}"
-        raise CaptureError(f"nsys profile produced no report: {detail}")
-    if proc.returncode not in (0, None):
+    finally:
+        with _signals_held():
+            capture.close()
+    if returncode != 0:
         raise CaptureError(
-            f"the profiled command failed (exit status {proc.returncode}); trace kept at {sqlite}"
+            f"the profiled command failed (exit status {returncode}); trace kept at {sqlite}"
         )
     return CaptureResult(
-        sqlite, report if report.is_file() else None, tuple(cmd), time.perf_counter() - started
+        sqlite, report, _nsys_command(*nsys_args, base), time.perf_counter() - started
     )
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+def _nsys_command(
+    nsys: str, trace: str, extra_args: tuple[str, ...], command: tuple[str, ...], out: Path
+) -> tuple[str, ...]:
+    return (
+        nsys, "profile", "-t", trace, *SAFE_FLAGS, "--force-overwrite=true", "--export=sqlite",
+        "-o", str(out), *extra_args, *command,
+    )
 
 
-def _import_stream(nsys: str, stream: Path, report: Path) -> None:
+def _base_name(output: Path) -> Path:
+    for suffix in (*_REPORT_SUFFIXES, ".qdrep"):
+        if output.name.endswith(suffix):
+            return output.with_name(output.name[: -len(suffix)])
+    return output
+
+
+def _with_suffix(base: Path, suffix: str) -> Path:
+    return base.with_name(base.name + suffix)
+
+
+def _any_report(base: Path) -> bool:
+    return any(_with_suffix(base, s).exists() for s in _REPORT_SUFFIXES)
+
+
+def _failed_name(base: Path) -> Path:
+    """Where the trace of a failed program goes when an earlier trace holds the base name."""
+    return _with_suffix(base, ".failed")
+
+
+# --- the processes of a capture ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Proc:
+    """A live process of this user, as /proc shows it."""
+
+    pid: int
+    ppid: int
+    session: int
+    start: int  # clock ticks after boot: with the pid, names one process across pid reuse
+    environ: bytes
+
+
+def _stat(pid: int) -> tuple[int, int, int] | None:
+    """(ppid, session, start time) of a live process of this user; None when it is gone, a
+    zombie, or another user's (which a capture never touches)."""
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+            return None
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()  # the name may hold spaces and parentheses
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[1]), int(fields[3]), int(fields[19])
+
+
+def _live_processes() -> list[_Proc]:
+    procs = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        stat = _stat(pid)
+        if stat is None:
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        procs.append(_Proc(pid, *stat, environ))
+    return procs
+
+
+def _carries(environ: bytes, capture_id: str) -> bool:
+    prefix = MARKER.encode() + b"="
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return capture_id.encode() in item[len(prefix) :].split(b":")
+    return False
+
+
+def _members(procs: list[_Proc], capture_id: str, session: int | None) -> dict[int, _Proc]:
+    """The processes of one capture: those carrying its mark, those in the session of its nsys
+    (while that nsys is unreaped, so the session id cannot name anyone else), and their
+    descendants (which catches a child that cleared its environment)."""
+    children: dict[int, list[_Proc]] = defaultdict(list)
+    for p in procs:
+        children[p.ppid].append(p)
+    found = {
+        p.pid: p for p in procs if _carries(p.environ, capture_id) or p.session == session
+    }
+    todo = list(found.values())
+    while todo:
+        for child in children[todo.pop().pid]:
+            if child.pid not in found:
+                found[child.pid] = child
+                todo.append(child)
+    found.pop(os.getpid(), None)
+    return found
+
+
+def _kill(proc: _Proc) -> None:
+    """SIGKILL *proc* if it is still the process that was seen, never one that reused its pid:
+    the pid is pinned with a pidfd, then its start time checked."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # already gone, or no pidfd (Linux < 5.3)
+        pidfd = None
+    try:
+        now = _stat(proc.pid)
+        if now is None or now[2] != proc.start:
+            return
+        if pidfd is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        else:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+class _Capture:
+    """One ``nsys profile`` run: the processes it started, the private temp folder given to
+    nsys as TMPDIR, and the staging folder beside the output where nsys writes its report."""
+
+    def __init__(self, base: Path, env: Mapping[str, str] | None) -> None:
+        self.id = uuid.uuid4().hex
+        self.base = base
+        self.started = time.time()
+        self.proc: subprocess.Popen | None = None
+        self.seen: dict[int, _Proc] = {}  # every process of the capture noticed so far
+        self.configs: set[Path] = set()  # nsys's injection configs named in their environment
+        try:
+            self.tmpdir = Path(tempfile.mkdtemp(prefix="specnsys-nsys-"))
+        except OSError as exc:
+            raise CaptureError(f"cannot make a temporary folder for nsys: {exc}") from None
+        try:
+            self.staging = _staging_folder(base)
+        except BaseException:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            raise
+        self.env = self._environment(env)
+
+    @property
+    def staged(self) -> Path:
+        return self.staging / self.base.name
+
+    def _environment(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        """*env* (default: ours) plus the capture's mark and its private TMPDIR. The profiled
+        program sees that TMPDIR too: nsys's injection library finds its session files there."""
+        result = dict(os.environ if env is None else env)
+        marks = [m for m in result.get(MARKER, "").split(":") if m]
+        result[MARKER] = ":".join([*marks, self.id])
+        result["TMPDIR"] = str(self.tmpdir)
+        return result
+
+    def run(self, cmd: Sequence[str], timeout_s: float) -> int:
+        """Run nsys to its end and return its exit status (the profiled command's)."""
+        log = self.tmpdir / "nsys-output.txt"
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
+            )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.proc.wait(timeout=max(0.0, min(_WATCH_S, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise CaptureError(
+                        f"nsys profile did not finish in {timeout_s:g} s; capture abandoned"
+                    ) from None
+                self._scan()
+
+    def _output_tail(self) -> str:
+        with contextlib.suppress(OSError):
+            text = (self.tmpdir / "nsys-output.txt").read_text(errors="replace")
+            lines = [line for line in text.splitlines() if line.strip()]
+            if lines:
+                return lines[-1]
+        return f"exit status {self.proc.returncode if self.proc else None}"
+
+    def finish(self, nsys: str) -> None:
+        """Complete the staged export from whatever nsys left: stream, report or SQLite."""
+        sqlite, report, stream = (_with_suffix(self.staged, s) for s in _REPORT_SUFFIXES)
+        if not sqlite.is_file() and not report.is_file() and stream.is_file():
+            _import_stream(nsys, stream, report, self.env)
+        if not sqlite.is_file() and report.is_file():
+            try:
+                export_report_to(nsys, report, sqlite)
+            except SpecnsysError as exc:  # the report was ours, not the user's input
+                raise CaptureError(str(exc).replace(str(self.staging) + "/", "")) from None
+        if not sqlite.is_file():
+            raise CaptureError(f"nsys profile produced no report: {self._output_tail()}")
+
+    def publish(self, base: Path) -> tuple[Path, Path | None]:
+        """Move the staged report and export to *base* (report first: the export is what a
+        reader waits for); an earlier file there that this capture did not produce goes, so
+        that the pair always belongs together."""
+        moved: dict[str, Path] = {}
+        for suffix in (".nsys-rep", ".sqlite"):
+            target = _with_suffix(base, suffix)
+            staged = _with_suffix(self.staged, suffix)
+            if staged.is_file():
+                os.replace(staged, target)
+                moved[suffix] = target
+            else:
+                target.unlink(missing_ok=True)
+        _with_suffix(base, ".qdstrm").unlink(missing_ok=True)
+        return moved[".sqlite"], moved.get(".nsys-rep")
+
+    def _scan(self) -> dict[int, _Proc]:
+        """The capture's live processes; notes them and the nsys files their environment names."""
+        unreaped = self.proc is not None and self.proc.returncode is None
+        members = _members(_live_processes(), self.id, self.proc.pid if unreaped else None)
+        self.seen.update(members)
+        for p in members.values():
+            self.configs.update(Path(m.decode()) for m in _INJECTION_CONFIG.findall(p.environ))
+        return members
+
+    def abandon(self) -> None:
+        """End every process of the capture and remove the files nsys keeps outside TMPDIR."""
+        self._end_processes()
+        self._remove_nsys_files()
+
+    def _end_processes(self) -> None:
+        deadline = time.monotonic() + _END_S
+        while time.monotonic() < deadline:
+            members = self._scan()
+            if not members:
+                break
+            for p in members.values():
+                _kill(p)
+            time.sleep(0.02)
+            if self.proc is not None:  # reap our nsys, so it is not counted as running
+                self.proc.poll()
+
+    def _remove_nsys_files(self) -> None:
+        """nsys's injection configs in /tmp and, per process, its semaphore and agent segment in
+        /dev/shm: only this user's, and only ones made since the capture began (a pid of ours
+        may since have been reused)."""
+        paths = set(self.configs)
+        for pid in self.seen:
+            paths.add(_SHM / f"sem.nsys_sem_{pid}")
+            paths.add(_SHM / f"quadd-agent-instance-{pid}")
+        for path in paths:
+            with contextlib.suppress(OSError):
+                st = path.lstat()
+                if st.st_uid == os.getuid() and st.st_mtime >= self.started - 1:
+                    path.unlink()
+
+    def close(self) -> None:
+        """Remove the private temp folder and the staging folder (a failed capture's files)."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.poll()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _staging_folder(base: Path) -> Path:
+    """A private folder beside *base* (same file system, so that publishing is a rename)."""
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{base.name[:80]}.specnsys-tmp-", dir=base.parent))
+    except OSError as exc:
+        raise CaptureError(f"cannot write beside {base}: {exc.strerror or exc}") from None
+
+
+# --- signals -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _interrupts_on_termination() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt as SIGINT does, so that a capture ended by any
+    of them cleans up the same way. Only where they would otherwise kill us outright (default
+    action) and only in the main thread, where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP while a capture is cleaned up, so that a second Ctrl-C
+    cannot leave it half-ended; they are delivered (and raise) once the cleanup is done."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _import_stream(nsys: str, stream: Path, report: Path, env: Mapping[str, str]) -> None:
     """Turn a ``.qdstrm`` into ``.nsys-rep`` with the host importer nsys could not find."""
     nsys_real = Path(nsys).resolve()
     candidates = [
@@ -149,9 +440,13 @@ def _import_stream(nsys: str, stream: Path, report: Path) -> None:
     ]
     importer = next((c for c in candidates if c.is_file()), None)
     if importer is None:
-        raise CaptureError(f"nsys left {stream} and no QdstrmImporter was found to import it")
-    done = subprocess.run(
-        [str(importer), "-i", str(stream)], capture_output=True, text=True, timeout=900
-    )
+        raise CaptureError("nsys left a .qdstrm stream and no QdstrmImporter was found to import it")
+    try:
+        done = subprocess.run(
+            [str(importer), "-i", str(stream)], capture_output=True, text=True, timeout=900,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        raise CaptureError("importing the .qdstrm stream did not finish in 900 s") from None
     if done.returncode != 0 or not report.is_file():
-        raise CaptureError(f"importing {stream} failed (exit status {done.returncode})")
+        raise CaptureError(f"importing the .qdstrm stream failed (exit status {done.returncode})")

@@ -130,7 +130,7 @@ def _assert_capture_gone(tag: str, program_pid: int, tmpdir: Path, files: list[P
 
 @pytest.mark.nsys
 @pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH")
-@pytest.mark.parametrize("how", ["timeout", "sigint"])
+@pytest.mark.parametrize("how", ["timeout", "sigint", "sigterm"])
 def test_an_ended_capture_leaves_nothing_and_spares_bystanders(tmp_path: Path, how: str) -> None:
     pid_file = tmp_path / "program.pid"
     timeout = "12" if how == "timeout" else "300"
@@ -142,16 +142,17 @@ def test_an_ended_capture_leaves_nothing_and_spares_bystanders(tmp_path: Path, h
     try:
         program = _wait_for_pid(pid_file, proc)
         files = _nsys_files_of(program)
+        assert any("injection_config_" in f.name for f in files), files  # nsys 2022.4 makes them
         with _bystanders(tmp_path) as bystanders:
-            if how == "sigint":
-                proc.send_signal(signal.SIGINT)
+            if how != "timeout":
+                proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGTERM)
             stdout, stderr = proc.communicate(timeout=120)
             assert [b.poll() for b in bystanders] == [None] * len(bystanders), (
                 "a bystander was killed")
     finally:
         proc.kill()
         proc.wait()
-    if how == "sigint":
+    if how != "timeout":  # SIGTERM ends a capture as Ctrl-C does
         assert (proc.returncode, stderr) == (130, "specnsys: interrupted\n")
     else:
         assert proc.returncode == 1, stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from specnsys.capture import profile
 
@@ -19,10 +20,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "-t", "--trace", help="nsys -t value (default: cuda,nvtx,osrt with a GPU, else nvtx,osrt)"
     )
-    p.add_argument("--timeout", type=float, default=600, help="seconds before giving up")
+    p.add_argument(
+        "--timeout", type=_seconds, default=600.0, help="seconds before giving up (default 600)"
+    )
     p.add_argument("--nsys-arg", action="append", default=[], help="extra nsys profile argument")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
     p.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds: 0 would give up at once, inf never."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
