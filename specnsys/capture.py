@@ -99,19 +99,19 @@ def profile(
     nsys_args = (nsys, trace or default_trace_kinds(), tuple(extra_args), tuple(command))
     started = time.perf_counter()
     capture = _Capture(base, env)
-    try:
-        with _interrupts_on_termination():
+    with _interrupts_on_termination():
+        try:
             returncode = capture.run(_nsys_command(*nsys_args, capture.staged), timeout_s)
             capture.finish(nsys)
             kept = base if returncode == 0 or not _any_report(base) else _failed_name(base)
             sqlite, report = capture.publish(kept)
-    except BaseException:
-        with _signals_held():
-            capture.abandon()
-        raise
-    finally:
-        with _signals_held():
-            capture.close()
+        except BaseException:
+            with _signals_held():
+                capture.abandon()
+            raise
+        finally:
+            with _signals_held():
+                capture.close()
     if returncode != 0:
         raise CaptureError(
             f"the profiled command failed (exit status {returncode}); trace kept at {sqlite}"

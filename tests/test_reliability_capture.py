@@ -217,3 +217,33 @@ def test_the_library_refuses_a_timeout_that_is_not_positive(tmp_path: Path, valu
     with pytest.raises(UsageError, match="timeout"):
         profile(["true"], tmp_path / "x", timeout_s=value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_capture_owns_its_marked_processes_and_their_descendants_only() -> None:
+    """Without nsys: a process carrying the capture's id among others (a capture inside a
+    profiled program), and its child that cleared its environment, are the capture's; a
+    process marked with another capture's id is not."""
+    from specnsys.capture import MARKER, _live_processes, _members
+
+    ours, theirs = uuid.uuid4().hex, uuid.uuid4().hex
+    marked = subprocess.Popen(
+        ["sh", "-c", "env -i sleep 300 & wait"], env={**os.environ, MARKER: f"{theirs}:{ours}"}
+    )
+    other = subprocess.Popen(["sleep", "300"], env={**os.environ, MARKER: theirs})
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            found = _members(_live_processes(), ours, None)
+            if len(found) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert marked.pid in found and other.pid not in found
+        (child,) = set(found) - {marked.pid}
+        assert MARKER not in _environ(child)  # found by descent, not by mark
+        assert b"sleep" in _cmdline(child)
+    finally:
+        for p in (marked, other):
+            p.kill()
+            p.wait()
+        with contextlib.suppress(NameError, OSError):
+            os.kill(child, signal.SIGKILL)
