@@ -231,7 +231,7 @@ def test_full_file_system_as_cache(tmp_path: Path) -> None:
     cache = tmp_path / "tiny"
     cache.mkdir()
     script = (
-        f'mount -t tmpfs -o size=16k tmpfs {cache} || exit 97; "$@"; s=$?; ls -A {cache}; exit $s'
+        f'mount -t tmpfs -o size=16k,mode=0700 tmpfs {cache} || exit 97; "$@"; s=$?; ls -A {cache}; exit $s'
     )
     done = _run(["unshare", "-m", "sh", "-c", script, "sh", *_specnsys(path)], cache)
     if done.returncode == 97:
@@ -262,3 +262,93 @@ def test_file_size_limit_everywhere(tmp_path: Path) -> None:
     )
     assert phases.returncode == 0, phases.stderr
     assert json.loads(phases.stdout)["window_ns"] == 2000 * 100
+
+
+# -- issue 22: inputs that change or cannot be reached while read ------------------------------
+
+
+def _batch(argvs: list[list[str]], cache: Path, **kw: object) -> list[dict]:
+    """Run the command lines in one fresh Python (see tests/cli_driver); their results."""
+    done = _run([sys.executable, "-m", "tests.cli_driver", json.dumps(argvs)], cache, **kw)
+    assert done.returncode == 0, f"the driver itself failed: {done.stderr}"
+    runs = json.loads(done.stdout)
+    for run in runs:
+        assert run["traceback"] is None, run["traceback"]
+    return runs
+
+
+def _one_error_line(run: dict, status: int = 2) -> str:
+    """The run's only stderr line (``specnsys: error: ...``), after checking the contract."""
+    assert run["status"] == status, run
+    assert run["stdout"] == "", run
+    lines = run["stderr"].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specnsys: error: "), run
+    return lines[0]
+
+
+def test_export_in_a_folder_without_search_permission(tmp_path: Path) -> None:
+    """Issue 22 #14: the folder holding the export has no search (x) permission for the
+    user (as root, the capabilities that bypass modes are dropped, so the mode bites): every
+    command says so in one line, exit 2, for a .sqlite export and a .nsys-rep report alike."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    path = good_loop(locked)
+    (locked / "run.nsys-rep").write_bytes(b"x" * 100)
+    locked.chmod(0o600)  # read and write, but no search
+    kw: dict[str, object] = {"preexec_fn": _drop_dac_capabilities} if os.geteuid() == 0 else {}
+    try:
+        runs = _batch(
+            [
+                ["info", str(path)],
+                ["sql", str(path), "SELECT 1"],
+                ["analyze", str(path)],
+                ["info", str(locked / "run.nsys-rep")],
+            ],
+            tmp_path / "cache",
+            **kw,
+        )
+    finally:
+        locked.chmod(0o755)
+    for run in runs:
+        line = _one_error_line(run)
+        assert "permission denied" in line.lower() and str(locked) in line, line
+
+
+_SWAP_RUN = """
+import os, sys
+from specnsys.ingest import sqlite_reader
+from specnsys.cli.main import main
+
+path, other = sys.argv[1], sys.argv[2]
+plan = sqlite_reader.SqliteExport._plan
+
+def replacing_plan(self, table, *args, **kwargs):
+    # the synchronization point: the runtime calls are read, the kernels not yet
+    if table == "CUPTI_ACTIVITY_KIND_KERNEL" and os.path.exists(other):
+        os.replace(other, path)  # another program replaces the export by rename
+    return plan(self, table, *args, **kwargs)
+
+sqlite_reader.SqliteExport._plan = replacing_plan
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("no_cache", [False, True], ids=["cache", "no-cache"])
+def test_export_replaced_during_a_cold_ingest_is_refused(tmp_path: Path, no_cache: bool) -> None:
+    """Issue 22 #5: the export is replaced (os.replace with another export) after its runtime
+    calls are read and before its kernels are: the run refuses in one line (exit 2) instead
+    of answering, and caching, a model made of both files; the next run reads the new file."""
+    path = _export(tmp_path / "trace.sqlite", 0)
+    other = _export(tmp_path / "other.sqlite", 7)
+    cache = tmp_path / "cache"
+    query = ["sql", str(path), "SELECT sum(duration)::BIGINT AS ns FROM kernels", "--format", "csv"]
+    flags = ["--no-cache"] if no_cache else []
+    done = _run([sys.executable, "-c", _SWAP_RUN, str(path), str(other), *flags, *query], cache)
+    assert not other.exists()  # the swap really happened during the run
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == ""
+    assert done.stderr.strip() == f"specnsys: error: {path} changed while it was read; run again"
+    entries = [p.name for p in cache.iterdir()] if cache.exists() else []
+    assert entries == [], f"an entry was kept from the mixed read: {entries}"
+    again = _run([sys.executable, "-m", "specnsys", *flags, *query], cache)
+    assert again.returncode == 0 and again.stdout.split() == ["ns", str(30_000 + 200 * 7)]
