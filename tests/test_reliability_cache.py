@@ -146,13 +146,15 @@ def _drop_dac_capabilities() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
 
 
-def _run(argv: list[str], cache: Path, **kw: object) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], cache: Path, env: dict[str, str] | None = None, **kw: object
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv,
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "SPECNSYS_CACHE_DIR": str(cache)},
+        env={**os.environ, "SPECNSYS_CACHE_DIR": str(cache), **(env or {})},
         cwd=Path(__file__).resolve().parents[1],
         **kw,  # type: ignore[arg-type]
     )
@@ -267,9 +269,11 @@ def test_file_size_limit_everywhere(tmp_path: Path) -> None:
 # -- issue 22: inputs that change or cannot be reached while read ------------------------------
 
 
-def _batch(argvs: list[list[str]], cache: Path, **kw: object) -> list[dict]:
+def _batch(
+    argvs: list[list[str]], cache: Path, env: dict[str, str] | None = None, **kw: object
+) -> list[dict]:
     """Run the command lines in one fresh Python (see tests/cli_driver); their results."""
-    done = _run([sys.executable, "-m", "tests.cli_driver", json.dumps(argvs)], cache, **kw)
+    done = _run([sys.executable, "-m", "tests.cli_driver", json.dumps(argvs)], cache, env, **kw)
     assert done.returncode == 0, f"the driver itself failed: {done.stderr}"
     runs = json.loads(done.stdout)
     for run in runs:
@@ -352,3 +356,113 @@ def test_export_replaced_during_a_cold_ingest_is_refused(tmp_path: Path, no_cach
     assert entries == [], f"an entry was kept from the mixed read: {entries}"
     again = _run([sys.executable, "-m", "specnsys", *flags, *query], cache)
     assert again.returncode == 0 and again.stdout.split() == ["ns", str(30_000 + 200 * 7)]
+
+
+# -- issue 22 #10: damaged cache entries are rebuilt once ----------------------------------------
+
+
+def _entry_of(cache: Path, stem: str) -> Path:
+    (entry,) = [p for p in cache.iterdir() if p.name.startswith(f"{stem}-")]
+    return entry
+
+
+def _truncate(entry: Path) -> None:
+    data = (entry / "kernels.parquet").read_bytes()
+    (entry / "kernels.parquet").write_bytes(data[: len(data) // 2])
+
+
+DAMAGES = {
+    "truncated": _truncate,
+    "zero_length": lambda entry: (entry / "kernels.parquet").write_bytes(b""),
+    "other_schema": lambda entry: shutil.copyfile(entry / "nvtx.parquet", entry / "kernels.parquet"),
+    "no_manifest": lambda entry: (entry / "manifest.json").unlink(),
+}
+
+
+def test_damaged_cache_entries_are_rebuilt_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Parquet file of an entry cut in half, emptied or replaced by another table's, or the
+    manifest gone: the next command answers (exit 0, no warning) and replaces the entry, so
+    the one after reads it from the cache (before: exit 3 or 2 on every command, or a build
+    into a folder that could never be renamed into place, then a second one in memory)."""
+    cache = tmp_path / "cache"
+    query = "SELECT count(*) AS n, sum(duration)::BIGINT AS ns FROM kernels"
+    paths = {name: good_loop(tmp_path, name=f"{name}.sqlite") for name in DAMAGES}
+    argvs = [["sql", str(p), query, "--format", "csv"] for p in paths.values()]
+    expected = [run["stdout"] for run in _batch(argvs, cache)]
+    assert all(out.split()[1].startswith("20,") for out in expected), expected
+    for name, damage in DAMAGES.items():
+        damage(_entry_of(cache, name))
+    for name, run in zip(DAMAGES, _batch(argvs, cache), strict=True):
+        assert (run["status"], run["stderr"]) == (0, ""), (name, run)
+    assert not [p.name for p in cache.iterdir() if p.name.startswith(".")]
+    monkeypatch.setenv("SPECNSYS_CACHE_DIR", str(cache))
+    for name, path in paths.items():
+        with specnsys.open(path) as t:
+            assert t.from_cache, f"{name}: the entry was not repaired"
+            assert t.cache_folder == _entry_of(cache, name)
+    assert [run["stdout"] for run in _batch(argvs, cache)] == expected
+
+
+# -- issue 22 #15: .nsys-rep exports ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nsys_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real .nsys-rep from a short capture of a Python start (about 200 KB, 4 s)."""
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        pytest.skip("nsys is not installed")
+    folder = tmp_path_factory.mktemp("report")
+    cmd = [nsys, "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none",
+           "-o", str(folder / "run"), sys.executable, "-c", "pass"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=folder)
+    report = folder / "run.nsys-rep"
+    if not report.is_file():
+        stream = folder / "run.qdstrm"
+        if stream.is_file():
+            from specnsys.capture import _import_stream
+
+            _import_stream(nsys, stream, report)
+    if not report.is_file():
+        pytest.skip(f"nsys could not capture here: {done.stdout[-300:]} {done.stderr[-300:]}")
+    return report
+
+
+def test_rewritten_report_is_exported_again(tmp_path: Path, nsys_report: Path) -> None:
+    """A report rewritten in place keeping its size and mtime (its last byte changed) is not
+    answered from the export of its former content, with or without the cache: nsys reads it
+    again (and refuses the damaged trailer, in one line)."""
+    path = tmp_path / "run.nsys-rep"
+    shutil.copyfile(nsys_report, path)
+    cache = tmp_path / "cache"
+    query = ["sql", str(path), "SELECT count(*) AS n FROM threads", "--format", "csv"]
+    runs = _batch([query, ["--no-cache", *query]], cache)
+    assert [run["status"] for run in runs] == [0, 0], runs
+    assert runs[0]["stdout"] == runs[1]["stdout"] and int(runs[0]["stdout"].split()[1]) > 0
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    for run in _batch([query, ["--no-cache", *query]], cache):
+        assert "nsys export failed" in _one_error_line(run), run
+
+
+def test_report_without_a_cache_leaves_no_export(tmp_path: Path, nsys_report: Path) -> None:
+    """``--no-cache`` exports into a private folder removed at the end (before: into the
+    cache); a cache that cannot be used likewise (before: a full export left in the temporary
+    folder by every run)."""
+    cache = tmp_path / "cache"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    query = ["sql", str(nsys_report), "SELECT count(*) AS n FROM threads", "--format", "csv"]
+    (run,) = _batch([["--no-cache", *query]], cache, env={"TMPDIR": str(scratch)})
+    assert run["status"] == 0 and run["stderr"] == "", run
+    assert not cache.exists() or list(cache.iterdir()) == []
+    unusable = {"TMPDIR": str(scratch), "SPECNSYS_CACHE_DIR": "/proc/specnsys-cache"}
+    (run,) = _batch([query], cache, env=unusable)
+    assert run["status"] == 0 and "working without a cache" in run["stderr"], run
+    assert list(scratch.iterdir()) == []
