@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -466,3 +467,77 @@ def test_report_without_a_cache_leaves_no_export(tmp_path: Path, nsys_report: Pa
     (run,) = _batch([query], cache, env=unusable)
     assert run["status"] == 0 and "working without a cache" in run["stderr"], run
     assert list(scratch.iterdir()) == []
+
+
+# -- issue 22, weaknesses: leftovers of killed processes, a shared cache root ---------------------
+
+
+def _killed_during_build(argv: list[str], cache: Path, env: dict[str, str], watch: Path,
+                         prefix: str) -> int:
+    """Start *argv*, SIGKILL it as soon as a ``<prefix>*`` entry appears in *watch*; its pid."""
+    proc = subprocess.Popen(
+        argv, env={**os.environ, "SPECNSYS_CACHE_DIR": str(cache), **env},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    deadline = time.monotonic() + 120
+    while not list(watch.glob(f"{prefix}*")) if watch.exists() else True:
+        assert proc.poll() is None and time.monotonic() < deadline, "it ended before the kill"
+        time.sleep(0.002)
+    proc.kill()
+    proc.wait()
+    return proc.pid
+
+
+def test_leftovers_of_killed_runs_are_swept(tmp_path: Path) -> None:
+    """A run SIGKILLed while it builds a cache entry leaves its ``.tmp-*`` folder, one without
+    a cache its scratch folder; the next run removes them (and a dead process' spill and
+    export folders), but leaves alone the folders of a live process."""
+    path = good_loop(tmp_path, steps=20_000)
+    cache = tmp_path / "cache"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"TMPDIR": str(scratch)}
+    _killed_during_build(_specnsys(path), cache, env, cache, ".tmp-")
+    no_cache = [sys.executable, "-m", "specnsys", "--no-cache", *QUERY[:1], str(path), *QUERY[1:]]
+    dead = _killed_during_build(no_cache, cache, env, scratch, "specnsys-scratch-")
+    for kind in ("specnsys-spill-", "specnsys-export-"):
+        (scratch / f"{kind}{dead}-x").mkdir()
+        (scratch / f"{kind}{dead}-x" / "data").write_bytes(b"x" * 1000)
+    live = [cache / f".tmp-{os.getpid()}-live", scratch / f"specnsys-spill-{os.getpid()}-live"]
+    for folder in live:
+        folder.mkdir()
+    assert len(list(cache.glob(".tmp-*"))) == 2 and len(list(scratch.iterdir())) == 4
+    done = _run(_specnsys(path), cache, env)
+    assert done.returncode == 0 and done.stdout.split() == ["n", "20000"], done.stderr
+    assert sorted(cache.glob(".tmp-*")) == [live[0]]
+    assert list(scratch.iterdir()) == [live[1]]
+
+
+def test_cache_root_open_to_other_users_is_not_trusted(tmp_path: Path) -> None:
+    """The cache root is created private (0700). Another user who can write into it (a root
+    made group/world-writable) could plant an entry: here a copy of another trace's entry
+    under this trace's name. Such a root is not used (one warning, the answer from memory);
+    an entry owned by another user is not read but replaced."""
+    path = good_loop(tmp_path, steps=20)
+    planted = good_loop(tmp_path, steps=5, name="planted.sqlite")
+    cache = tmp_path / "cache"
+    runs = _batch([QUERY[:1] + [str(p)] + QUERY[1:] for p in (path, planted)], cache)
+    assert [r["stdout"].split() for r in runs] == [["n", "20"], ["n", "5"]]
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    entry, source = _entry_of(cache, "good_loop"), _entry_of(cache, "planted")
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["files"] = json.loads((source / "manifest.json").read_text())["files"]
+    for name in manifest["files"]:
+        shutil.copyfile(source / name, entry / name)
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    cache.chmod(0o777)
+    done = _run(_specnsys(path), cache)
+    _degraded(done, 20)
+    assert "writable by other users" in done.stderr
+    cache.chmod(0o700)
+    if os.geteuid() == 0:
+        os.chown(entry, 65534, 65534)  # the entry of another user (nobody)
+        done = _run(_specnsys(path), cache)
+        assert done.returncode == 0 and done.stdout.split() == ["n", "20"], done.stderr
+        assert done.stderr == "" and entry.stat().st_uid == 0
