@@ -989,6 +989,10 @@ def _string_lookup(con: duckdb.DuckDBPyConnection) -> StringLookup:
     return StringLookup(table.column("id").combine_chunks(), table.column("value").combine_chunks())
 
 
+#: Named with the pid, so that a later run can sweep the folder of a killed process.
+SCRATCH_PREFIX = "specnsys-scratch-"
+
+
 def _scratch_folder(parquet_folder: Path | None) -> Path | None:
     """A private folder for DuckDB's spills: inside the cache entry being built, else a new
     temporary folder; None when neither can be written (then DuckDB does not spill)."""
@@ -997,7 +1001,7 @@ def _scratch_folder(parquet_folder: Path | None) -> Path | None:
             scratch = parquet_folder / ".scratch"
             scratch.mkdir()
             return scratch
-        return Path(tempfile.mkdtemp(prefix="specnsys-scratch-"))
+        return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     except OSError:
         return None
 

@@ -1,7 +1,12 @@
 """Turn an ``.nsys-rep`` (or older ``.qdrep``) report into an SQLite export with ``nsys export``.
 
-The export goes into the cache folder, keyed on the report's path, size and mtime, so the report
-itself is never touched and a second open reuses the export.
+With a cache, the export goes into its ``exports`` folder, keyed like the model cache on the
+report's identity (path, size, mtime, and the digest of its device, inode, ctime and ends: see
+:func:`~specnsys.ingest.sqlite_reader.file_identity`), so the report itself is never touched,
+a second open reuses the export and a rewritten report (even one of the same size and mtime) is
+exported afresh. Without one (``--no-cache``, or a cache folder that cannot be used), it goes
+into a private temporary folder that the trace removes when it is closed; one left by a killed
+process is swept by a later run (see :func:`specnsys.ingest.cache.sweep_stale`).
 """
 
 from __future__ import annotations
@@ -9,14 +14,18 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
 
 from specnsys.errors import BadInputError
+from specnsys.ingest.sqlite_reader import file_identity, require_unchanged, stat_input
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 EXPORT_TIMEOUT_S = 1800
+#: Private export folders: ``specnsys-export-<pid>-...`` in the temporary folder.
+EXPORT_PREFIX = "specnsys-export-"
 
 
 def is_report(path: Path) -> bool:
@@ -31,12 +40,17 @@ def find_nsys() -> str | None:
     return shutil.which("nsys")
 
 
-def export_report_if_needed(path: Path) -> Path:
-    """*path* itself for SQLite exports; for reports, the path of a cached SQLite export."""
+def export_report_if_needed(path: Path, cache_root: Path | None) -> tuple[Path, Path | None]:
+    """``(SQLite export to read, private folder to remove when done with it, or None)``.
+
+    *path* itself for SQLite exports; for reports, their export: kept under *cache_root*
+    when one is given and can be written, else in a private temporary folder (returned, for
+    the caller to remove)."""
     if not is_report(path):
-        return path
-    if not path.is_file():
-        kind = "is a directory" if path.is_dir() else "no such file"
+        return path, None
+    st = stat_input(path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise BadInputError(f"{path}: {kind}")
     nsys = find_nsys()
     if nsys is None:
@@ -44,22 +58,46 @@ def export_report_if_needed(path: Path) -> Path:
             f"{path}: opening an {path.suffix} report needs nsys on PATH (not found); "
             "export it with 'nsys export --type sqlite' and open the .sqlite file instead"
         )
-    from specnsys.ingest.cache import cache_root
-
-    st = path.stat()
-    digest = hashlib.sha256(
-        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
-    ).hexdigest()[:20]
-    folder = cache_root() / "exports"
+    identity = file_identity(path)
+    shared = _shared_folder(cache_root)
+    if shared is not None:
+        digest = hashlib.sha256(f"{path.resolve()}|{identity}".encode()).hexdigest()[:20]
+        target = shared / f"{path.stem}-{digest}.sqlite"
+        if target.is_file():
+            return target, None
+        _export_unchanged(nsys, path, target, identity)
+        return target, None
+    private = Path(tempfile.mkdtemp(prefix=f"{EXPORT_PREFIX}{os.getpid()}-"))
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        target = private / f"{path.stem}.sqlite"
+        _export_unchanged(nsys, path, target, identity)
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    return target, private
+
+
+def _shared_folder(cache_root: Path | None) -> Path | None:
+    """The cache's folder of exports (created private), or None when there is none to use."""
+    if cache_root is None:
+        return None
+    folder = cache_root / "exports"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
     except OSError:
-        folder = Path(tempfile.mkdtemp(prefix="specnsys-export-"))
-    target = folder / f"{path.stem}-{digest}.sqlite"
-    if target.is_file():
-        return target
-    export_report_to(nsys, path, target)
-    return target
+        return None
+    return folder
+
+
+def _export_unchanged(nsys: str, report: Path, target: Path, identity: tuple[int, int, str]) -> None:
+    """Export *report* into *target*; refuse (and drop the export) when the report changed
+    while nsys read it."""
+    export_report_to(nsys, report, target)
+    try:
+        require_unchanged(report, identity)
+    except BadInputError:
+        target.unlink(missing_ok=True)
+        raise
 
 
 def export_report_to(nsys: str, report: Path, target: Path) -> None:

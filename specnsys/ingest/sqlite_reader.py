@@ -33,6 +33,7 @@ import errno
 import functools
 import os
 import sqlite3
+import stat
 import threading
 import urllib.parse
 import warnings
@@ -130,17 +131,13 @@ def validate_sqlite_file(path: Path) -> None:
     records, so a copy cut short is reported as truncated instead of as a malformed-image error
     half-way through a read.
     """
-    if not path.exists():
-        if path.is_symlink():
-            what = "symbolic link loop" if _is_link_loop(path) else "broken symbolic link"
-            raise BadInputError(f"{path}: {what}")
-        raise BadInputError(f"{path}: no such file")
-    if path.is_dir():
+    st = stat_input(path)
+    if stat.S_ISDIR(st.st_mode):
         raise BadInputError(f"{path}: is a directory, expected an nsys .sqlite export")
-    if not path.is_file():
+    if not stat.S_ISREG(st.st_mode):
         raise BadInputError(f"{path}: not a regular file")
+    size = st.st_size
     try:
-        size = path.stat().st_size
         with path.open("rb") as handle:
             header = handle.read(SQLITE_HEADER_SIZE)
     except OSError as exc:
@@ -173,12 +170,26 @@ def validate_sqlite_file(path: Path) -> None:
         )
 
 
-def _is_link_loop(path: Path) -> bool:
+def stat_input(path: Path) -> os.stat_result:
+    """``os.stat`` of an input path, every failure a one-line :class:`BadInputError`.
+
+    A folder on the path without search permission makes ``stat`` itself fail (EACCES),
+    before any open: it is said so, not left to escape as an internal error.
+    """
     try:
-        os.stat(path)
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise BadInputError(f"{path}: broken symbolic link") from None
+        raise BadInputError(f"{path}: no such file") from None
+    except PermissionError:
+        raise BadInputError(
+            f"{path}: permission denied (a folder on its path cannot be searched)"
+        ) from None
     except OSError as exc:
-        return exc.errno == errno.ELOOP
-    return False
+        if exc.errno == errno.ELOOP:
+            raise BadInputError(f"{path}: symbolic link loop") from None
+        raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -523,22 +534,44 @@ FINGERPRINT_BYTES = 1 << 16
 
 
 def file_identity(path: Path) -> tuple[int, int, str]:
-    """(size, mtime in ns, digest of inode, ctime and the first and last 64 KiB) of *path*.
+    """(size, mtime in ns, digest of device, inode, ctime and the first and last 64 KiB) of
+    *path*.
 
     Size and mtime catch ordinary rewrites; the digest (which covers SQLite's header, with its
     change counter, and the last pages written) catches a rewrite that kept both, at the cost
-    of two small reads instead of hashing a multi-GB file.
+    of two small reads instead of hashing a multi-GB file. A failure to stat or read is a
+    one-line :class:`BadInputError` (the file vanished or its folder was locked meanwhile).
     """
     import hashlib
 
-    st = os.stat(path)
+    st = stat_input(path)
     digest = hashlib.blake2b(digest_size=16)
     # ctime cannot be set back from user space (os.utime sets only atime/mtime), and any write
     # to the file moves it: a rewrite that kept size, mtime and both ends is still caught.
-    digest.update(f"{st.st_ino}:{st.st_ctime_ns}:".encode())
-    with path.open("rb") as handle:
-        digest.update(handle.read(FINGERPRINT_BYTES))
-        if st.st_size > FINGERPRINT_BYTES:
-            handle.seek(max(FINGERPRINT_BYTES, st.st_size - FINGERPRINT_BYTES))
+    digest.update(f"{st.st_dev}:{st.st_ino}:{st.st_ctime_ns}:".encode())
+    try:
+        with path.open("rb") as handle:
             digest.update(handle.read(FINGERPRINT_BYTES))
+            if st.st_size > FINGERPRINT_BYTES:
+                handle.seek(max(FINGERPRINT_BYTES, st.st_size - FINGERPRINT_BYTES))
+                digest.update(handle.read(FINGERPRINT_BYTES))
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return st.st_size, st.st_mtime_ns, digest.hexdigest()
+
+
+def require_unchanged(path: Path, identity: tuple[int, int, str]) -> None:
+    """Raise a one-line :class:`BadInputError` unless *path* still has *identity* (taken by
+    :func:`file_identity` before the first read).
+
+    The reads open the file by name, one connection per slice: an export replaced by rename
+    or rewritten in place while they run would give a model made of both files. The same
+    identity after the last read (same inode on the same device, same ctime, which any write
+    or rename moves, same ends) means every read saw the one file.
+    """
+    try:
+        now = file_identity(path)
+    except BadInputError:
+        now = None
+    if now != identity:
+        raise BadInputError(f"{path} changed while it was read; run again")

@@ -7,11 +7,12 @@ cache can be written, the same Arrow tables in memory). Nothing passes through P
 from __future__ import annotations
 
 import contextlib
-import os
+import functools
 import shutil
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,10 +25,11 @@ from specnsys.ingest.model import (
     ANALYSIS_MEMORY_FRACTION,
     ANALYSIS_MEMORY_MIN,
     MODEL_TABLES,
+    SCRATCH_PREFIX,
     build_model,
     duckdb_memory_limit,
 )
-from specnsys.ingest.nsys_rep import export_report_if_needed
+from specnsys.ingest.nsys_rep import EXPORT_PREFIX, export_report_if_needed
 from specnsys.ingest.quality import require_plausible_times
 from specnsys.ingest.readonly_sql import check_read_only
 from specnsys.ingest.schema import (
@@ -35,7 +37,12 @@ from specnsys.ingest.schema import (
     require_events,
     require_nsys_tables,
 )
-from specnsys.ingest.sqlite_reader import SqliteExport, file_identity
+from specnsys.ingest.sqlite_reader import (
+    SqliteExport,
+    file_identity,
+    require_unchanged,
+    validate_sqlite_file,
+)
 from specnsys.ingest.summary import TraceSummary, summarize
 
 if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run needs neither)
@@ -79,6 +86,7 @@ class Trace:
         # opened on first use
         self._con: duckdb.DuckDBPyConnection | None = connection
         self._closed = False
+        self._removals: list[weakref.finalize] = []
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -141,10 +149,17 @@ class Trace:
         if name not in MODEL_TABLES:
             raise UsageError(f"no table {name!r}; the model has: {', '.join(MODEL_TABLES)}")
 
+    def remove_when_closed(self, folder: Path) -> None:
+        """Delete *folder* (a private export of an ``.nsys-rep``) when the trace is closed,
+        collected or the interpreter exits, whichever comes first."""
+        self._removals.append(weakref.finalize(self, shutil.rmtree, str(folder), True))
+
     def close(self) -> None:
         self._closed = True
         if self._con is not None:
             self._con.close()
+        for removal in self._removals:
+            removal()
 
     def __enter__(self) -> Trace:
         return self
@@ -154,6 +169,19 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, {self.summary.version.label})"
+
+
+#: Private temporary folders of specnsys processes (DuckDB's spills while analyzing or
+#: building, ``.nsys-rep`` exports read without a cache): ``<prefix><pid>-...``.
+SPILL_PREFIX = "specnsys-spill-"
+SCRATCH_PREFIXES = (SPILL_PREFIX, SCRATCH_PREFIX, EXPORT_PREFIX)
+
+
+@functools.cache
+def _sweep_scratch() -> None:
+    """Once per process: remove the scratch folders of specnsys processes that died without
+    cleaning up (SIGKILL, a crash), from the temporary folder."""
+    cache.sweep_stale(Path(tempfile.gettempdir()), SCRATCH_PREFIXES)
 
 
 def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -169,12 +197,13 @@ def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConne
     """
     import duckdb
 
+    _sweep_scratch()
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     if export_bytes is not None:
         limit = duckdb_memory_limit(export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN)
         con.execute("SET memory_limit = ?", [limit])
-    spill = Path(tempfile.gettempdir()) / f"specnsys-spill-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    spill = Path(tempfile.gettempdir()) / f"{cache.tmp_prefix(SPILL_PREFIX)}{uuid.uuid4().hex[:8]}"
     con.execute("SET temp_directory = ?", [str(spill)])
     return con
 
@@ -186,18 +215,35 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
     not a usable export. The export is opened read-only and never modified.
     """
     started = time.perf_counter()
-    sqlite_path = export_report_if_needed(Path(path))
+    root = cache.usable_root() if use_cache and not cache.cache_disabled() else None
+    sqlite_path, scratch = export_report_if_needed(Path(path), root)
+    try:
+        # an export in a private folder has a name of its own each time: no entry to key on it
+        trace = _open_export(sqlite_path, root if scratch is None else None, started)
+    except BaseException:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if scratch is not None:
+        trace.remove_when_closed(scratch)
+    return trace
+
+
+def _open_export(sqlite_path: Path, root: Path | None, started: float) -> Trace:
+    """The trace of one SQLite export, from its entry under the cache *root* when there is a
+    valid one, else built (into a new entry when *root* is given, else in memory)."""
+    validate_sqlite_file(sqlite_path)  # a directory, a text file...: said before the identity
+    identity = file_identity(sqlite_path)  # before the first read: see require_unchanged
     with SqliteExport(sqlite_path) as export:
         require_nsys_tables(export)
         version = detect_version(export)
-        size, mtime_ns, fingerprint = file_identity(sqlite_path)
+        size, mtime_ns, fingerprint = identity
         key = cache.CacheKey(
             str(sqlite_path.resolve()), size, mtime_ns, fingerprint, version.schema_version,
             version.product_version,
         )
-        use_cache = use_cache and not cache.cache_disabled()
-        folder = key.folder(cache.cache_root())
-        if use_cache:
+        folder = key.folder(root) if root is not None else None
+        if folder is not None:
             manifest = cache.load_manifest(folder, key)
             if manifest is not None:
                 summary = TraceSummary.from_dict(manifest["summary"])
@@ -206,14 +252,16 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
                     open_seconds=time.perf_counter() - started,
                 )
         require_events(export)
-        tmp = cache.begin(folder) if use_cache else None
+        tmp = cache.begin(folder) if folder is not None else None
         if tmp is not None:
+            assert folder is not None
             try:
                 build_model(export, tmp)
                 with _closed_on_error(analysis_connection(size)) as con:
                     summary = summarize(
                         _model_views(con, tmp, None), version, export.tables, list(MODEL_TABLES)
                     )
+                    require_unchanged(sqlite_path, identity)  # never cache a mixed model
                     final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
                     return Trace(
                         sqlite_path, summary, parquet_folder=final,
@@ -227,6 +275,7 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
                 raise
         tables = build_model(export)
         assert tables is not None
+        require_unchanged(sqlite_path, identity)
         with _closed_on_error(analysis_connection(size)) as con:
             summary = summarize(
                 _model_views(con, None, tables), version, export.tables, list(MODEL_TABLES)
