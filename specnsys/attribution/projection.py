@@ -22,10 +22,13 @@ Beyond NVIDIA's report each range also gets ``gpu_busy_ns``: the union of its op
 which is the time the GPU actually worked for it (the span can hide idle gaps).
 
 Method (no interval-pair join): calls of a thread are numbered in start order, so the calls
-inside ``[s, e]`` are a contiguous index run ``[i0, i1]`` found by two ASOF joins; the
-(range, call) pairs come from expanding that run with ``range(i0, i1 + 1)`` and an equi-join
-on (thread, index). The work is linear in the number of pairs -- the number of (call,
-enclosing range) incidences, which NVIDIA's definition has to count anyway.
+inside ``[s, e]`` are a contiguous index run ``[i0, i1]`` found by two ASOF joins over the
+distinct start times of the thread's calls (``i0``: the first index at the first start >= s,
+``i1``: the last index at the last start <= e), so calls with tied starts are all taken, the
+same on every run, as nsys does; the (range, call) pairs come from expanding that run with
+``range(i0, i1 + 1)`` and an equi-join on (thread, index). The work is linear in the number
+of pairs -- the number of (call, enclosing range) incidences, which NVIDIA's definition has to
+count anyway.
 """
 
 from __future__ import annotations
@@ -68,13 +71,21 @@ ranges AS (
     WHERE n.kind IN ('push_pop', 'start_end') AND n.end_global_tid IS NULL
       AND n.start IS NOT NULL AND n.global_tid IS NOT NULL
 ),
+starts AS (
+    -- one row per (thread, start time): calls with tied starts share it, so each ASOF
+    -- lookup below has exactly one match (on calls_i it took any one of the tied rows)
+    SELECT gtid, a_s, min(idx) AS first_idx, max(idx) AS last_idx
+    FROM calls_i GROUP BY gtid, a_s
+),
 lo AS (
-    SELECT r.id, c.idx AS i0 FROM ranges r
-    ASOF JOIN calls_i c ON r.gtid = c.gtid AND r.s <= c.a_s
+    -- the first call starting at or after the range's start
+    SELECT r.id, c.first_idx AS i0 FROM ranges r
+    ASOF JOIN starts c ON r.gtid = c.gtid AND r.s <= c.a_s
 ),
 hi AS (
-    SELECT r.id, c.idx AS i1 FROM ranges r
-    ASOF JOIN calls_i c ON r.gtid = c.gtid AND r.e >= c.a_s
+    -- the last call starting at or before the range's end
+    SELECT r.id, c.last_idx AS i1 FROM ranges r
+    ASOF JOIN starts c ON r.gtid = c.gtid AND r.e >= c.a_s
 ),
 pairs AS (
     SELECT r.id, r.gtid, r.e, unnest(range(lo.i0, hi.i1 + 1)) AS idx
