@@ -14,8 +14,11 @@
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -23,10 +26,82 @@ import pytest
 
 import specnsys
 from specnsys.attribution.projection import nvtx_gpu_projection
+from specnsys.ingest.quality import MAX_ABS_TIME_NS
 from specnsys.testing import NsysExportBuilder
 from tests.conftest import CORPUS, sha256
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "nsys_stats"
+
+# -- item 12: sums of durations near the accepted bound ----------------------------------------
+
+L = MAX_ABS_TIME_NS  # the largest |time| the ingest lets through
+N = 8  # eight durations of 2 * 2**60 = 2**61 ns sum to 2**64, past int64
+SPAN = 2 * L
+
+
+def _far_trace(path: Path) -> Path:
+    """N kernels and N start/end ranges spanning the whole accepted time axis [-2**60, 2**60].
+
+    Every range contains every launch call, so each range has N ops and the projected span
+    2**61; per name the sums are N * 2**61 = 2**64."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.push_pop(-L, L, "outer", pid=1, tid=1)
+    for i in range(N):
+        b.start_end(-L, L, "far", pid=1, tid=1)
+        b.runtime(-L + 10 * i, -L + 10 * i + 5, "cudaLaunchKernel", correlation_id=i + 1)
+        b.kernel(-L, L, "long_kernel", correlation_id=i + 1, demangled="long_kernel<int>")
+    return b.write(path)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specnsys", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def _ok(*args: str) -> str:
+    out = _cli(*args)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def far_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _far_trace(tmp_path_factory.mktemp("far") / "far.sqlite")
+
+
+def test_kernels_sum_past_int64_is_exact(far_trace: Path) -> None:
+    row = json.loads(_ok("kernels", "--json", str(far_trace)))["rows"][0]
+    assert row["total_ns"] == N * SPAN == 2**64
+    assert (row["instances"], row["min_ns"], row["max_ns"]) == (N, SPAN, SPAN)
+    assert row["avg_ns"] == SPAN and row["share"] == 1.0
+    text = _ok("kernels", str(far_trace))
+    assert f"{N:,} launches, {2**64 / 1e6:.3f} ms summed" in text
+    assert f" {2**64 / 1e6:.3f} " in text  # the table cell, apart from its neighbours
+
+
+def test_ranges_sums_past_int64_are_exact(far_trace: Path) -> None:
+    rows = {r["name"]: r for r in json.loads(_ok("ranges", "--json", str(far_trace)))["rows"]}
+    far = rows["far"]
+    assert (far["instances"], far["gpu_ops"]) == (N, N * N)
+    assert far["cpu_ns"] == far["proj_ns"] == far["gpu_busy_ns"] == N * SPAN
+    assert rows["outer"]["cpu_ns"] == rows["outer"]["proj_ns"] == SPAN
+    instances = json.loads(_ok("ranges", "--instances", "--json", str(far_trace)))["rows"]
+    assert len(instances) == N + 1
+    assert all(
+        (r["start"], r["duration"], r["proj_start"], r["proj_duration"], r["gpu_busy_ns"])
+        == (-L, SPAN, -L, SPAN, SPAN)
+        for r in instances
+    )
+    text = _ok("ranges", str(far_trace))
+    # every figure its own whitespace-separated cell: wide numbers never run together
+    cells = next(line for line in text.splitlines() if line.startswith("far")).split()
+    assert cells[1:] == ["StartEnd", f"{N}", *[f"{N * SPAN / 1e6:.3f}"] * 3, f"{N * N}"]
+    assert "far" in _ok("ranges", "--instances", str(far_trace))
+
 
 # -- item 16: tied launch starts --------------------------------------------------------------
 

@@ -132,16 +132,23 @@ def nvtx_gpu_projection_summary(projection: pl.DataFrame) -> pl.DataFrame:
     """Per range name: instances, CPU time, projected GPU span and busy time, GPU ops.
 
     Sorted by total projected span, largest first; the summary NVIDIA's ``nvtx_gpu_proj_sum``
-    recipe gives, plus busy time.
+    recipe gives, plus busy time. The time sums are 128-bit integers: one duration fits int64
+    (times lie within +-2**60 ns), a sum of eight need not, and Polars wraps an Int64 sum
+    silently.
     """
     return (
         projection.group_by("name", "style")
         .agg(
             pl.len().alias("instances"),
-            pl.col("duration").sum().alias("cpu_ns"),
-            pl.col("proj_duration").sum().alias("proj_ns"),
-            pl.col("gpu_busy_ns").sum().alias("gpu_busy_ns"),
+            _exact_sum("duration").alias("cpu_ns"),
+            _exact_sum("proj_duration").alias("proj_ns"),
+            _exact_sum("gpu_busy_ns").alias("gpu_busy_ns"),
             pl.col("gpu_ops").sum().alias("gpu_ops"),
         )
         .sort(["proj_ns", "name"], descending=[True, False])
     )
+
+
+def _exact_sum(column: str) -> pl.Expr:
+    """Sum of an int64 nanosecond column that cannot wrap."""
+    return pl.col(column).cast(pl.Int128).sum()
