@@ -103,6 +103,27 @@ def test_ranges_sums_past_int64_are_exact(far_trace: Path) -> None:
     assert "far" in _ok("ranges", "--instances", str(far_trace))
 
 
+def test_unended_range_ignores_an_implausible_definition_row(tmp_path: Path) -> None:
+    """A range without an end runs to the last NVTX timestamp, definition rows included (as in
+    nsys); a domain definition row at 2**63 - 1, a time the ingest's plausibility check does
+    not look at (it bounds events only), once became that end and ``end - start`` overflowed
+    (exit 3). Such a time is now ignored; a plausible definition row still counts."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(5, "dom", pid=1, tid=1, t=2**63 - 1)
+    b.domain(6, "late", pid=1, tid=1, t=9000)
+    b.push_pop(-L, None, "open", pid=1, tid=1)
+    b.mark(5000, "last event", pid=1, tid=1)
+    b.runtime(100, 200, "cudaLaunchKernel", correlation_id=1, pid=1, tid=1)
+    b.kernel(300, 400, "k", correlation_id=1, pid=1)
+    path = b.write(tmp_path / "open.sqlite")
+    (row,) = json.loads(_ok("ranges", "--instances", "--json", str(path)))["rows"]
+    assert (row["name"], row["start"], row["duration"]) == ("open", -L, 9000 + L)
+    assert (row["proj_start"], row["proj_duration"], row["gpu_ops"]) == (300, 100, 1)
+    assert "open" in _ok("ranges", str(path))
+
+
 # -- item 16: tied launch starts --------------------------------------------------------------
 
 GROUPS = 300

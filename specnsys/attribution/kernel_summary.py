@@ -39,8 +39,10 @@ GROUP BY ALL
 
 def kernel_summary(trace: Trace) -> pl.DataFrame:
     """One row per (kernel name, grid, block), largest total time first, with its share."""
-    # DuckDB hands HUGEINT over as Decimal(38, 0); Int128 keeps it an exact integer
-    frame = trace.connection.sql(_SQL).pl().with_columns(pl.col("total_ns").cast(pl.Int128))
+    # read through the Arrow C stream (``.pl()`` would import pyarrow, a quarter second);
+    # DuckDB hands HUGEINT over as Decimal(38, 0), Int128 keeps it an exact integer
+    frame = pl.DataFrame(trace.connection.sql(_SQL))
+    frame = frame.with_columns(pl.col("total_ns").cast(pl.Int128))
     total = int(frame["total_ns"].sum()) if frame.height else 0
     share = pl.col("total_ns").cast(pl.Float64) / float(total) if total else pl.lit(0.0)
     return frame.with_columns(share.alias("share")).sort(
