@@ -4,6 +4,10 @@ Kernels are grouped by demangled name, grid and block dimensions, as NVIDIA's re
 ``share`` is the kernel's fraction of the summed kernel time of the trace (not of wall time:
 kernels on different streams overlap, so this is the denominator NVIDIA uses and says so).
 tests/test_projection.py checks the figures against ``nsys stats`` on the real corpus.
+
+``total_ns`` is a 128-bit integer (Polars ``Int128``): the ingest accepts times up to
++-2**60 ns, so one duration fits int64 but a sum of eight need not
+(tests/test_reliability_numbers.py). Averages and spreads are floats, as in NVIDIA's report.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ __all__ = ["kernel_summary"]
 _SQL = """
 SELECT coalesce(demangled_name, short_name) AS name,
        grid_x, grid_y, grid_z, block_x, block_y, block_z,
-       sum("end" - start)::BIGINT AS total_ns,
+       sum("end" - start)::HUGEINT AS total_ns,
        count(*)::BIGINT AS instances,
        avg("end" - start) AS avg_ns,
        median("end" - start) AS median_ns,
@@ -35,9 +39,12 @@ GROUP BY ALL
 
 def kernel_summary(trace: Trace) -> pl.DataFrame:
     """One row per (kernel name, grid, block), largest total time first, with its share."""
-    frame = trace.connection.sql(_SQL).pl()
-    total = frame["total_ns"].sum() if frame.height else 0
-    share = pl.col("total_ns") / total if total else pl.lit(0.0)
+    # read through the Arrow C stream (``.pl()`` would import pyarrow, a quarter second);
+    # DuckDB hands HUGEINT over as Decimal(38, 0), Int128 keeps it an exact integer
+    frame = pl.DataFrame(trace.connection.sql(_SQL))
+    frame = frame.with_columns(pl.col("total_ns").cast(pl.Int128))
+    total = int(frame["total_ns"].sum()) if frame.height else 0
+    share = pl.col("total_ns").cast(pl.Float64) / float(total) if total else pl.lit(0.0)
     return frame.with_columns(share.alias("share")).sort(
         ["total_ns", "name"], descending=[True, False]
     )

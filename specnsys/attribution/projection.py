@@ -5,7 +5,9 @@ its CPU code launched and where that work ran. It follows NVIDIA's report so the
 checked against it (tests/test_projection.py does, on the real corpus):
 
 * ranges: push/pop and start/end ranges that end on the thread that started them
-  (``end_global_tid IS NULL``); a range with no end runs to the last NVTX timestamp;
+  (``end_global_tid IS NULL``); a range with no end runs to the last NVTX timestamp
+  (definition rows included, as in nsys; a time beyond the ingest's +-2**60 ns bound, which
+  only a definition row can have, is ignored);
 * a GPU op (kernel, memcpy, memset) is *in* a range when the runtime call that launched it
   (same correlation id, same process) lies fully inside the range on the same thread;
   GPU execution time does not matter (the kernel may run long after the range closed);
@@ -22,10 +24,13 @@ Beyond NVIDIA's report each range also gets ``gpu_busy_ns``: the union of its op
 which is the time the GPU actually worked for it (the span can hide idle gaps).
 
 Method (no interval-pair join): calls of a thread are numbered in start order, so the calls
-inside ``[s, e]`` are a contiguous index run ``[i0, i1]`` found by two ASOF joins; the
-(range, call) pairs come from expanding that run with ``range(i0, i1 + 1)`` and an equi-join
-on (thread, index). The work is linear in the number of pairs -- the number of (call,
-enclosing range) incidences, which NVIDIA's definition has to count anyway.
+inside ``[s, e]`` are a contiguous index run ``[i0, i1]`` found by two ASOF joins over the
+distinct start times of the thread's calls (``i0``: the first index at the first start >= s,
+``i1``: the last index at the last start <= e), so calls with tied starts are all taken, the
+same on every run, as nsys does; the (range, call) pairs come from expanding that run with
+``range(i0, i1 + 1)`` and an equi-join on (thread, index). The work is linear in the number
+of pairs -- the number of (call, enclosing range) incidences, which NVIDIA's definition has to
+count anyway.
 """
 
 from __future__ import annotations
@@ -35,14 +40,24 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.attribution.intervals import islands_sql
+from specnsys.ingest.quality import MAX_ABS_TIME_NS
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = ["nvtx_gpu_projection", "nvtx_gpu_projection_summary"]
 
+_PLAUSIBLE = f"BETWEEN -{MAX_ABS_TIME_NS} AND {MAX_ABS_TIME_NS}"
+
 _PROJECTION_SQL = f"""
-WITH maxts AS (SELECT greatest(max(start), max("end")) AS m FROM nvtx),
+WITH maxts AS (
+    -- the last NVTX timestamp, as nsys takes it (definition rows included), of the times
+    -- within the ingest's bound: it checks event times only, and a definition row at
+    -- 2**63 - 1 overflowed ``end - start`` of every range without an end
+    SELECT greatest(max(start) FILTER (WHERE start {_PLAUSIBLE}),
+                    max("end") FILTER (WHERE "end" {_PLAUSIBLE})) AS m
+    FROM nvtx
+),
 ops AS (
     SELECT start, "end", correlation_id, pid FROM kernels
     UNION ALL SELECT start, "end", correlation_id, pid FROM memcpy
@@ -68,13 +83,21 @@ ranges AS (
     WHERE n.kind IN ('push_pop', 'start_end') AND n.end_global_tid IS NULL
       AND n.start IS NOT NULL AND n.global_tid IS NOT NULL
 ),
+starts AS (
+    -- one row per (thread, start time): calls with tied starts share it, so each ASOF
+    -- lookup below has exactly one match (on calls_i it took any one of the tied rows)
+    SELECT gtid, a_s, min(idx) AS first_idx, max(idx) AS last_idx
+    FROM calls_i GROUP BY gtid, a_s
+),
 lo AS (
-    SELECT r.id, c.idx AS i0 FROM ranges r
-    ASOF JOIN calls_i c ON r.gtid = c.gtid AND r.s <= c.a_s
+    -- the first call starting at or after the range's start
+    SELECT r.id, c.first_idx AS i0 FROM ranges r
+    ASOF JOIN starts c ON r.gtid = c.gtid AND r.s <= c.a_s
 ),
 hi AS (
-    SELECT r.id, c.idx AS i1 FROM ranges r
-    ASOF JOIN calls_i c ON r.gtid = c.gtid AND r.e >= c.a_s
+    -- the last call starting at or before the range's end
+    SELECT r.id, c.last_idx AS i1 FROM ranges r
+    ASOF JOIN starts c ON r.gtid = c.gtid AND r.e >= c.a_s
 ),
 pairs AS (
     SELECT r.id, r.gtid, r.e, unnest(range(lo.i0, hi.i1 + 1)) AS idx
@@ -114,23 +137,32 @@ def nvtx_gpu_projection(trace: Trace) -> pl.DataFrame:
     ``proj_duration`` (span of its GPU ops), ``gpu_ops`` (distinct correlation ids), and
     ``gpu_busy_ns`` (union of its ops' intervals).
     """
-    return trace.connection.sql(_PROJECTION_SQL).pl()
+    # through the Arrow C stream, not ``.pl()``: that imports pyarrow (0.24 s measured, a
+    # third of a warm ``specnsys ranges`` on the 2-GPU corpus exports)
+    return pl.DataFrame(trace.connection.sql(_PROJECTION_SQL))
 
 
 def nvtx_gpu_projection_summary(projection: pl.DataFrame) -> pl.DataFrame:
     """Per range name: instances, CPU time, projected GPU span and busy time, GPU ops.
 
     Sorted by total projected span, largest first; the summary NVIDIA's ``nvtx_gpu_proj_sum``
-    recipe gives, plus busy time.
+    recipe gives, plus busy time. The time sums are 128-bit integers: one duration fits int64
+    (times lie within +-2**60 ns), a sum of eight need not, and Polars wraps an Int64 sum
+    silently.
     """
     return (
         projection.group_by("name", "style")
         .agg(
             pl.len().alias("instances"),
-            pl.col("duration").sum().alias("cpu_ns"),
-            pl.col("proj_duration").sum().alias("proj_ns"),
-            pl.col("gpu_busy_ns").sum().alias("gpu_busy_ns"),
+            _exact_sum("duration").alias("cpu_ns"),
+            _exact_sum("proj_duration").alias("proj_ns"),
+            _exact_sum("gpu_busy_ns").alias("gpu_busy_ns"),
             pl.col("gpu_ops").sum().alias("gpu_ops"),
         )
         .sort(["proj_ns", "name"], descending=[True, False])
     )
+
+
+def _exact_sum(column: str) -> pl.Expr:
+    """Sum of an int64 nanosecond column that cannot wrap."""
+    return pl.col(column).cast(pl.Int128).sum()

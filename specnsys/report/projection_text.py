@@ -18,6 +18,12 @@ def _clip(name: str | None, width: int) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def _cells(*cells: tuple[str, int]) -> str:
+    """Right-aligned table cells of the given widths; a value wider than its column (sums
+    reach 2**64 ns) keeps one space before it instead of running into its neighbour."""
+    return "".join(text.rjust(width) if len(text) < width else f" {text}" for text, width in cells)
+
+
 def render_frame_json(frame: pl.DataFrame, **header: object) -> str:
     """``{header..., "rows": [...]}``: every row, nothing rounded, for scripts."""
     return json.dumps({**header, "rows": frame.to_dicts()}, indent=2)
@@ -37,10 +43,13 @@ def render_ranges_text(summary: pl.DataFrame, max_rows: int = 30) -> str:
     ]
     for r in summary.head(max_rows).iter_rows(named=True):
         lines.append(
-            f"{_clip(r['name'], 48):<50}{r['style']:>9}{r['instances']:>8,}"
-            f"{r['cpu_ns'] / _MS:>11.3f}{r['proj_ns'] / _MS:>11.3f}"
-            f"{r['gpu_busy_ns'] / _MS:>11.3f}{r['gpu_ops']:>9,}"
-        )
+            f"{_clip(r['name'], 48):<50}"
+            + _cells(
+                (r["style"], 9), (f"{r['instances']:,}", 8), (f"{r['cpu_ns'] / _MS:.3f}", 11),
+                (f"{r['proj_ns'] / _MS:.3f}", 11), (f"{r['gpu_busy_ns'] / _MS:.3f}", 11),
+                (f"{r['gpu_ops']:,}", 9),
+            )
+        )  # fmt: skip
     if summary.height > max_rows:
         lines.append(f"({summary.height - max_rows} more range names; --json lists all)")
     return "\n".join(lines)
@@ -61,9 +70,13 @@ def render_kernels_text(summary: pl.DataFrame, max_rows: int = 30) -> str:
         grid = f"{r['grid_x']}x{r['grid_y']}x{r['grid_z']}"
         block = f"{r['block_x']}x{r['block_y']}x{r['block_z']}"
         lines.append(
-            f"{r['share']:>7.1%}{r['total_ns'] / _MS:>11.3f}{r['instances']:>9,}"
-            f"{r['avg_ns'] / 1e3:>10.2f}{grid:>16}{block:>14}  {_clip(r['name'], 70)}"
-        )
+            _cells(
+                (f"{r['share']:.1%}", 7), (f"{r['total_ns'] / _MS:.3f}", 11),
+                (f"{r['instances']:,}", 9), (f"{r['avg_ns'] / 1e3:.2f}", 10), (grid, 16),
+                (block, 14),
+            )
+            + f"  {_clip(r['name'], 70)}"
+        )  # fmt: skip
     if summary.height > max_rows:
         lines.append(f"({summary.height - max_rows} more kernels; --json lists all)")
     return "\n".join(lines)
