@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specnsys.errors import SpecnsysError, UsageError
+from specnsys.ingest.cache import sweep_stale, tmp_prefix
 from specnsys.ingest.nsys_rep import export_report_to, find_nsys
 
 
@@ -55,6 +56,7 @@ _SHM = Path("/dev/shm")
 # names them (QUADD_INJECTION_CONFIG, QUADD_OS_RUNTIME_CONFIG).
 _INJECTION_CONFIG = re.compile(rb"/tmp/injection_config_[0-9a-f]+")
 _REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdstrm")
+_TMPDIR_KIND = "specnsys-nsys-"  # + pid: the private TMPDIR of a capture
 
 
 @dataclass(frozen=True)
@@ -257,8 +259,10 @@ class _Capture:
         self.proc: subprocess.Popen | None = None
         self.seen: dict[int, _Proc] = {}  # every process of the capture noticed so far
         self.configs: set[Path] = set()  # nsys's injection configs named in their environment
+        temp_root = Path(tempfile.gettempdir())
+        sweep_stale(temp_root, (_TMPDIR_KIND,))  # what a capture killed outright left
         try:
-            self.tmpdir = Path(tempfile.mkdtemp(prefix="specnsys-nsys-"))
+            self.tmpdir = Path(tempfile.mkdtemp(prefix=tmp_prefix(_TMPDIR_KIND), dir=temp_root))
         except OSError as exc:
             raise CaptureError(f"cannot make a temporary folder for nsys: {exc}") from None
         try:
@@ -386,9 +390,11 @@ class _Capture:
 
 def _staging_folder(base: Path) -> Path:
     """A private folder beside *base* (same file system, so that publishing is a rename)."""
+    kind = f".{base.name[:80]}.specnsys-tmp-"
     try:
         base.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{base.name[:80]}.specnsys-tmp-", dir=base.parent))
+        sweep_stale(base.parent, (kind,))  # staging of a capture killed outright (SIGKILL)
+        return Path(tempfile.mkdtemp(prefix=tmp_prefix(kind), dir=base.parent))
     except OSError as exc:
         raise CaptureError(f"cannot write beside {base}: {exc.strerror or exc}") from None
 

@@ -247,3 +247,40 @@ def test_a_capture_owns_its_marked_processes_and_their_descendants_only() -> Non
             p.wait()
         with contextlib.suppress(NameError, OSError):
             os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.nsys
+@pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH")
+def test_the_leftovers_of_a_killed_capture_are_swept_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL gives specnsys no chance to clean up: its staging folder beside the output and
+    nsys's private TMPDIR stay. The next capture removes them (their process is gone), and
+    keeps the earlier trace at the output name."""
+    pid_file = tmp_path / "program.pid"
+    out = tmp_path / "out" / "X"
+    out.parent.mkdir()
+    earlier = out.with_name("X.sqlite")
+    earlier.write_bytes(b"SQLite format 3\0 earlier trace")
+    proc, tag, tmpdir = _start_cli(
+        tmp_path, "-o", str(out), "--", sys.executable, "-c", WAITER, str(pid_file)
+    )
+    try:
+        _wait_for_pid(pid_file, proc)
+        proc.kill()
+        proc.wait()
+    finally:
+        for pid in _tagged(tag):  # the orphaned nsys, agent and program: the test's to end
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    left_beside = [p.name for p in out.parent.iterdir() if ".specnsys-tmp-" in p.name]
+    left_tmp = [p.name for p in tmpdir.iterdir() if p.name.startswith("specnsys-nsys-")]
+    assert left_beside and left_tmp, "SIGKILL left nothing to sweep: the test proves nothing"
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "profile", "-o", str(out), "--",
+         str(tmp_path / "no-such-command")],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
+    assert done.returncode == 1, done.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["X.sqlite"]
+    assert earlier.read_bytes() == b"SQLite format 3\0 earlier trace"
+    assert not any(p.name.startswith("specnsys-nsys-") for p in tmpdir.iterdir())
