@@ -23,6 +23,7 @@ from typing import Any
 from specnsys.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
+    OutOfMemoryError,
     OutputError,
     SpecnsysError,
     address_space_limit,
@@ -188,6 +189,12 @@ def _silence_stdout() -> None:
 #: glibc's mallopt parameter for the number of malloc arenas.
 _M_ARENA_MAX = -8
 
+#: The address space the analysis stack needs to load and start its threads: Polars, Arrow and
+#: DuckDB map 0.76 GB of libraries between them; under ``ulimit -v 768M`` a cold analysis of a
+#: sample trace failed inside a Rust thread pool (a panic message on stderr), from 1 GiB on it
+#: ran. Below this, the command is refused up front with one line.
+ADDRESS_SPACE_MIN = 1 << 30
+
 
 def fit_to_address_space() -> None:
     """Under an address-space limit (``ulimit -v``), shrink what the libraries reserve before
@@ -197,11 +204,19 @@ def fit_to_address_space() -> None:
     bare DuckDB connection reserved 670 MB of it on 2 cores, 80 MB with one arena), and every
     pool thread of Polars, Rayon and Arrow adds a stack and an arena. Arenas are capped through
     ``mallopt`` (``MALLOC_ARENA_MAX`` is read only at start-up) and the pools sized from the
-    limit: one thread per GiB, at most one per core. Variables the user set are kept.
+    limit: one thread per GiB, at most one per core. Variables the user set are kept. Under
+    ``ulimit -v 1G`` a cold ``analyze`` of a sample trace needs 1 thread; without the caps it
+    failed to start threads at 1 GB (exit 3) and aborted at 1.5 GB.
     """
     limit = address_space_limit()
     if limit is None:
         return
+    if limit < ADDRESS_SPACE_MIN:
+        raise OutOfMemoryError(
+            f"out of memory: the address-space limit (ulimit -v {limit >> 10} KiB) is below the "
+            f"{ADDRESS_SPACE_MIN >> 20} MiB that DuckDB, Polars and Arrow need to load: raise it "
+            "or remove it"
+        )
     threads = max(1, min(os.cpu_count() or 1, limit >> 30))
     for variable in ("POLARS_MAX_THREADS", "RAYON_NUM_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(variable, str(threads))
