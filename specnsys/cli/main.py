@@ -1,18 +1,35 @@
 """``specnsys`` entry point: argument parsing, error-to-exit-code mapping, warning display.
 
-Exit status: 0 success; 2 bad input or usage (one line on stderr); 3 an internal error (a bug:
-one line, full traceback with ``SPECNSYS_DEBUG=1``); 130 interrupted.
+Exit status: 0 success; 2 bad input or usage, or an output that cannot be written (one line
+on stderr); 3 an internal error (a bug: one line, full traceback with ``SPECNSYS_DEBUG=1``);
+4 out of memory (one line naming the limit that was hit); 130 interrupted (SIGINT, Ctrl-C);
+143 terminated (SIGTERM, 128 + 15, the shell's convention). Both signals end a command the same
+way: the interrupt is raised where the command is, its ``finally`` blocks clean up, and one
+line says so. The analysis stack (DuckDB, Polars, Arrow) is imported inside :func:`main`'s
+error handling, so even a Ctrl-C during those imports is one line, not a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
-from specnsys.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, SpecnsysError, out_of_memory
+from specnsys.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    OutOfMemoryError,
+    OutputError,
+    SpecnsysError,
+    address_space_limit,
+    is_out_of_memory,
+    out_of_memory,
+)
 
 _PENDING_WARNINGS: list[str] = []
 
@@ -71,46 +88,235 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _out_of_memory(exc: BaseException) -> int:
-    err = out_of_memory(exc)
-    print(f"specnsys: error: {err}", file=sys.stderr)
-    return err.exit_code
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is like Ctrl-C's KeyboardInterrupt, so that every
+    clean-up written for an interrupt (``finally`` blocks, ``except KeyboardInterrupt`` around a
+    capture) runs for it too."""
+
+
+class StdoutError(OutputError):
+    """Standard output could not take the result (a full disk, a closed terminal)."""
+
+
+#: The signals received during the running command, newest last.
+_SIGNALLED: list[int] = []
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    _SIGNALLED.append(signum)
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    _SIGNALLED.append(signum)  # the command is already ending: a second signal only counts
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise an interrupt in the command for as long as it runs; signals the
+    caller ignores (``nohup``, a background job) stay ignored; the caller's handlers return
+    afterwards (the in-process test driver calls :func:`main` many times)."""
+    _SIGNALLED.clear()
+    previous: dict[int, Any] = {}
+    try:
+        for signum in _HANDLED_SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, _raise_interrupt)
+    except ValueError:  # not the main thread: signals belong to whoever runs it
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _set_signal_handlers(handler: Callable[[int, object], None]) -> None:
+    with contextlib.suppress(ValueError):
+        for signum in _HANDLED_SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, handler)
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: a write or flush that fails (a full disk, an I/O
+    error) becomes one :class:`StdoutError` line instead of an internal error. A closed pipe
+    stays a BrokenPipeError (the reader has all it wanted: not an error of ours)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        with _stdout_errors():
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        with _stdout_errors():
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _stdout_errors() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise StdoutError(f"cannot write to standard output: {exc.strerror or exc}") from exc
+
+
+@contextlib.contextmanager
+def _guarded_stdout() -> Iterator[None]:
+    stream = sys.stdout
+    sys.stdout = _GuardedStdout(stream)
+    try:
+        yield
+    finally:
+        sys.stdout = stream
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that the exit-time flush of what a closed or
+    full output could not take neither fails again nor prints "Exception ignored"."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+#: glibc's mallopt parameter for the number of malloc arenas.
+_M_ARENA_MAX = -8
+
+#: The address space the analysis stack needs to load and start its threads: Polars, Arrow and
+#: DuckDB map 0.76 GB of libraries between them; under ``ulimit -v 768M`` a cold analysis of a
+#: sample trace failed inside a Rust thread pool (a panic message on stderr), from 1 GiB on it
+#: ran. Below this, the command is refused up front with one line.
+ADDRESS_SPACE_MIN = 1 << 30
+
+
+def fit_to_address_space() -> None:
+    """Under an address-space limit (``ulimit -v``), shrink what the libraries reserve before
+    they are imported, so that the work, not idle reservations, meets the limit.
+
+    Every thread that calls malloc gets its own glibc arena, 64 MiB of address space each (a
+    bare DuckDB connection reserved 670 MB of it on 2 cores, 80 MB with one arena), and every
+    pool thread of Polars, Rayon and Arrow adds a stack and an arena. Arenas are capped through
+    ``mallopt`` (``MALLOC_ARENA_MAX`` is read only at start-up) and the pools sized from the
+    limit: one thread per GiB, at most one per core. Variables the user set are kept. Under
+    ``ulimit -v 1G`` a cold ``analyze`` of a sample trace needs 1 thread; without the caps it
+    failed to start threads at 1 GB (exit 3) and aborted at 1.5 GB.
+    """
+    limit = address_space_limit()
+    if limit is None:
+        return
+    if limit < ADDRESS_SPACE_MIN:
+        raise OutOfMemoryError(
+            f"out of memory: the address-space limit (ulimit -v {limit >> 10} KiB) is below the "
+            f"{ADDRESS_SPACE_MIN >> 20} MiB that DuckDB, Polars and Arrow need to load: raise it "
+            "or remove it"
+        )
+    threads = max(1, min(os.cpu_count() or 1, limit >> 30))
+    for variable in ("POLARS_MAX_THREADS", "RAYON_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(variable, str(threads))
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to cap
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, max(1, threads // 2))
+
+
+def _print_error(message: str, code: int) -> int:
+    print(f"specnsys: error: {message}", file=sys.stderr)
+    return code
+
+
+def _interrupted() -> int:
+    """One line for SIGINT (status 130) or SIGTERM (143): the command's clean-up has run."""
+    _set_signal_handlers(_note_signal)  # a second Ctrl-C now must not become a traceback
+    signum = _SIGNALLED[-1] if _SIGNALLED else signal.SIGINT
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    print(f"specnsys: {word}", file=sys.stderr)
+    return 128 + signum
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C or SIGTERM, whether it arrived as KeyboardInterrupt or as DuckDB's
+    InterruptException (DuckDB turns the interrupt of a running query into its own error)."""
+    duckdb = sys.modules.get("duckdb")
+    duckdb_interrupt = duckdb is not None and isinstance(exc, duckdb.InterruptException)
+    return isinstance(exc, KeyboardInterrupt) or duckdb_interrupt
+
+
+def _exit_status(exc: BaseException) -> int:
+    """The exit status for *exc*, after its one line on stderr. Whatever a command raises after
+    a signal arrived is the signal's doing (DuckDB, for one, reports an interrupted Arrow fetch
+    as a RuntimeError)."""
+    if _SIGNALLED or _is_interrupt(exc):
+        return _interrupted()
+    if isinstance(exc, BrokenPipeError):
+        _silence_stdout()  # output closed early (e.g. piped into head): not an error of ours
+        return 0
+    if isinstance(exc, StdoutError):
+        _silence_stdout()
+    if isinstance(exc, SpecnsysError):
+        return _print_error(str(exc), exc.exit_code)
+    if is_out_of_memory(exc):
+        err = out_of_memory(exc)
+        return _print_error(str(err), err.exit_code)
+    if os.environ.get("SPECNSYS_DEBUG"):
+        raise exc
+    detail = " ".join(str(exc).split()) or "no message"
+    print(
+        f"specnsys: internal error: {type(exc).__name__}: {detail} "
+        "(a bug; rerun with SPECNSYS_DEBUG=1 for the traceback)",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    warnings.showwarning = _show_warning
+    _PENDING_WARNINGS.clear()
+    fit_to_address_space()
+    parser = build_parser()  # imports the commands, and with them the analysis stack
+    args = parser.parse_args(argv)
+    code = int(args.run(args) or 0)
+    if _SIGNALLED:  # a library swallowed the interrupt (DuckDB 2.0 finishes the query anyway)
+        raise KeyboardInterrupt
+    sys.stdout.flush()  # a full disk must fail here, not silently at exit
+    print(*_PENDING_WARNINGS, sep="\n", file=sys.stderr, end="\n" if _PENDING_WARNINGS else "")
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    warnings.showwarning = _show_warning
-    _PENDING_WARNINGS.clear()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        code = int(args.run(args) or 0)
-        print(*_PENDING_WARNINGS, sep="\n", file=sys.stderr, end="\n" if _PENDING_WARNINGS else "")
-        return code
-    except SpecnsysError as exc:
-        print(f"specnsys: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except MemoryError as exc:
-        return _out_of_memory(exc)
-    except KeyboardInterrupt:
-        print("specnsys: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # Output closed early (e.g. piped into head): not an error of ours.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
-        duckdb = sys.modules.get("duckdb")  # imported by whatever ran a query, if anything did
-        if duckdb is not None and isinstance(exc, duckdb.OutOfMemoryException):
-            return _out_of_memory(exc)
-        if os.environ.get("SPECNSYS_DEBUG"):
+    """Run one command line; return its exit status (see the module docs). Run as the program
+    (*argv* None), an interrupted command exits here: see :func:`_exit_interrupted`."""
+    with _signals_interrupt(), _guarded_stdout():
+        try:
+            return _run(argv)
+        except SystemExit:  # argparse: --help, --version, usage errors (already one line)
             raise
-        detail = " ".join(str(exc).split()) or "no message"
-        print(
-            f"specnsys: internal error: {type(exc).__name__}: {detail} "
-            "(a bug; rerun with SPECNSYS_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+        except BaseException as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+            code = _exit_status(exc)
+    if argv is None and code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        _exit_interrupted(code)
+    return code
+
+
+def _exit_interrupted(code: int) -> None:
+    """Exit with *code* now. A Ctrl-C that lands inside an import run by an extension module
+    (through ``PyRun_String``) marks the interpreter, which then ends itself by SIGINT at exit
+    whatever status it was given: seen as -2 instead of 130 once in three Ctrl-Cs 0.3 s into
+    the imports. Exiting here also spares waiting for reader threads still in a query. The
+    command's ``finally`` blocks have run; ``atexit`` functions run here."""
+    import atexit
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specnsys.report.build import build_report
+    from specnsys.report.output import write_files
 
-    out = check_output(args.output, ("html", "htm"))
+    inputs = [args.trace] + ([args.baseline] if args.baseline else [])
+    out = check_output(args.output, ("html", "htm"), inputs)
     if args.step is not None and args.window is not None:
         raise UsageError("give --step or --window, not both")
     rules = load_rules_arg(args.rules)
     page = build_report(args.trace, args.baseline, rules=rules, pid=args.pid, step=args.step,
                         window_ms=args.window, use_cache=not args.no_cache)  # fmt: skip
-    # The page is built whole in memory first: a failed analysis never touches the output.
-    out.write_text(page, encoding="utf-8")
+    # The page is built whole in memory first: a failed analysis never touches the output,
+    # and a failed write leaves an earlier report as it was.
+    write_files({out: page.encode("utf-8")})
     print(f"{out}: {len(page) / 1024:.0f} KiB")
     return 0

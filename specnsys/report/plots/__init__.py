@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from specnsys.report.plots.acceptance import acceptance_data, acceptance_figure
 from specnsys.report.plots.amdahl import amdahl_data, amdahl_figure
-from specnsys.report.plots.common import FORMATS, save_figure, svg_text
+from specnsys.report.plots.common import FORMATS, figure_bytes, save_figure, svg_text
 from specnsys.report.plots.phases import phases_data, phases_figure
 from specnsys.report.plots.sweep import sweep_data, sweep_figure
 from specnsys.report.plots.timeline import timeline_data, timeline_figure
@@ -40,6 +40,7 @@ __all__ = [
     "amdahl_data",
     "amdahl_figure",
     "draw",
+    "figure_bytes",
     "phases_data",
     "phases_figure",
     "save_figure",

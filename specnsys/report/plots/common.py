@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from specnsys.errors import UsageError
+from specnsys.report.output import write_files
 from specnsys.report.palette import phase_color
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "new_figure",
     "not_available_panel",
     "phase_legend",
+    "figure_bytes",
     "save_figure",
     "style",
     "svg_text",
@@ -82,17 +84,26 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | Path, *, salt: str | None = None) -> Path:
-    """Write *fig* as PNG or SVG, chosen by the suffix of *path*; return the path."""
+    """Write *fig* as PNG or SVG, chosen by the suffix of *path*; return the path. The figure
+    is rendered whole before the file is replaced (see :mod:`specnsys.report.output`)."""
+    path = Path(path)
+    write_files({path: figure_bytes(fig, path, salt=salt)})
+    return path
+
+
+def figure_bytes(fig: Figure, path: str | Path, *, salt: str | None = None) -> bytes:
+    """*fig* rendered as the PNG or SVG that *path*'s suffix asks for."""
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise UsageError(f"{path}: the output must end in .png or .svg, not {path.suffix!r}")
     if not path.parent.is_dir():
         raise UsageError(f"{path}: the folder {path.parent} does not exist")
+    buf = io.BytesIO()
     with style(salt or path.stem):
         meta = _SVG_METADATA if fmt == "svg" else _PNG_METADATA
-        fig.savefig(path, format=fmt, metadata=meta)
-    return path
+        fig.savefig(buf, format=fmt, metadata=meta)
+    return buf.getvalue()
 
 
 def svg_text(fig: Figure, *, salt: str) -> str:
