@@ -86,16 +86,17 @@ def test_signal_during_imports_is_one_line(signum: int, status: int, line: str) 
 
 def test_interrupt_during_a_duckdb_query_is_one_line_130() -> None:
     """Ctrl-C while DuckDB runs a long query: exit 130 and one line (was: exit 3, "Query
-    interrupted"). DuckDB 2.0.1 finishes the query before it notices (KeyboardInterrupt does
-    not stop it; only ``connection.interrupt()`` would): the status and the line are asserted,
-    not how soon."""
+    interrupted"), and at once. DuckDB 2.0.1 does not look at Python's signal flag while a
+    query runs, so before the signal watcher the query (minutes here) ran to its end."""
     subprocess.run([*SPECNSYS, "info", str(TRACE)], check=True, capture_output=True)  # warm
-    query = "SELECT count(*) FROM range(1500000000) t(a) WHERE a % 7 = 3"  # about 5 s
+    query = "SELECT count(*) FROM range(100000000000) t(a) WHERE a % 7 = 3"  # minutes
     proc = _start("sql", str(TRACE), query)
     _wait_for_heavy_import(proc)
     time.sleep(2.0)  # imports and the warm open take about 1.5 s
     proc.send_signal(signal.SIGINT)
-    assert _finish(proc) == (130, "", "specnsys: interrupted\n")
+    signalled = time.monotonic()
+    assert _finish(proc, timeout=30) == (130, "", "specnsys: interrupted\n")
+    assert time.monotonic() - signalled < 10, "the query was not stopped by the signal"
 
 
 def _limit_address_space(limit: int):  # noqa: ANN202

@@ -16,6 +16,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -126,10 +127,56 @@ def _signals_interrupt() -> Iterator[None]:
     except ValueError:  # not the main thread: signals belong to whoever runs it
         pass
     try:
-        yield
+        with _queries_stopped_on_signal(bool(previous)):
+            yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _queries_stopped_on_signal(active: bool) -> Iterator[None]:
+    """While the command runs, a thread wakes on SIGINT/SIGTERM (through Python's wakeup file
+    descriptor, written by the C-level handler even while the main thread is inside DuckDB)
+    and interrupts specnsys's running DuckDB queries, which otherwise run to their end before
+    the handler's KeyboardInterrupt can surface (see :mod:`specnsys.ingest.interrupts`)."""
+    if not active:
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        os.close(read_end)
+        os.close(write_end)
+        yield
+        return
+    watcher = threading.Thread(
+        target=_stop_queries_on_signal, args=(read_end,), name="specnsys-signals", daemon=True
+    )
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write_end)  # the watcher reads end-of-file and returns
+        watcher.join(timeout=1)
+        os.close(read_end)
+
+
+def _stop_queries_on_signal(read_end: int) -> None:
+    wanted = {int(s) for s in _HANDLED_SIGNALS}
+    while True:
+        try:
+            received = os.read(read_end, 64)
+        except OSError:
+            return
+        if not received:
+            return
+        interrupts = sys.modules.get("specnsys.ingest.interrupts")  # loaded with DuckDB's use
+        if interrupts is not None and wanted.intersection(received):
+            interrupts.interrupt_queries()
 
 
 def _set_signal_handlers(handler: Callable[[int, object], None]) -> None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.errors import BadInputError, UsageError, address_space_limit
+from specnsys.ingest.interrupts import interruptible
 from specnsys.ingest.sqlite_reader import RawColumn, SliceRead, SqliteExport
 
 if TYPE_CHECKING:  # DuckDB and pyarrow load when a model is built: a warm run skips both
@@ -986,7 +987,9 @@ class _BuildDb:
 def _open_build_db(export: SqliteExport, scratch: Path | None) -> _BuildDb:
     import duckdb
 
-    con = duckdb.connect(config=duckdb_config(export.path.stat().st_size, scratch))
+    con = interruptible(
+        duckdb.connect(config=duckdb_config(export.path.stat().st_size, scratch))
+    )
     try:
         con.execute("SET enable_progress_bar = false")  # a library must not draw on stderr
         strings = export.read_tables([(STRINGS.table, STRINGS.columns, STRINGS.with_rowid)])[0]

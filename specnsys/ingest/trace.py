@@ -21,6 +21,7 @@ import polars as pl
 
 from specnsys.errors import UsageError
 from specnsys.ingest import cache
+from specnsys.ingest.interrupts import interruptible
 from specnsys.ingest.model import (
     ANALYSIS_MEMORY_FRACTION,
     ANALYSIS_MEMORY_MIN,
@@ -198,7 +199,7 @@ def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConne
     import duckdb
 
     _sweep_scratch()
-    con = duckdb.connect()
+    con = interruptible(duckdb.connect())
     con.execute("SET enable_progress_bar = false")
     if export_bytes is not None:
         limit = duckdb_memory_limit(export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN)
