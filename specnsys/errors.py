@@ -92,8 +92,13 @@ def _is_allocation_failure(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
         return True
     text = str(exc).lower()
-    if isinstance(exc, RuntimeError) and "can't start new thread" in text:
-        return address_space_limit() is not None  # else a thread limit, not memory
+    # A thread that could not get its stack: Python's words, or a Rust pool's panic on
+    # pthread_create's EAGAIN ("WouldBlock"). Under ulimit -v that is memory; else a thread limit.
+    no_thread = (isinstance(exc, RuntimeError) and "can't start new thread" in text) or (
+        "wouldblock" in text and "panicked" in text
+    )
+    if no_thread:
+        return address_space_limit() is not None
     return any(word in text for word in _ALLOCATION_WORDS)
 
 

@@ -102,6 +102,7 @@ class StdoutError(OutputError):
 #: The signals received during the running command, newest last.
 _SIGNALLED: list[int] = []
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_WATCHER_STACK = 256 << 10  # bytes; the watcher only reads a pipe and calls interrupt()
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -127,22 +128,20 @@ def _signals_interrupt() -> Iterator[None]:
     except ValueError:  # not the main thread: signals belong to whoever runs it
         pass
     try:
-        with _queries_stopped_on_signal(bool(previous)):
-            yield
+        yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
-def _queries_stopped_on_signal(active: bool) -> Iterator[None]:
+def _queries_stopped_on_signal() -> Iterator[None]:
     """While the command runs, a thread wakes on SIGINT/SIGTERM (through Python's wakeup file
     descriptor, written by the C-level handler even while the main thread is inside DuckDB)
     and interrupts specnsys's running DuckDB queries, which otherwise run to their end before
-    the handler's KeyboardInterrupt can surface (see :mod:`specnsys.ingest.interrupts`)."""
-    if not active:
-        yield
-        return
+    the handler's KeyboardInterrupt can surface (see :mod:`specnsys.ingest.interrupts`).
+    Started after :func:`fit_to_address_space`: a thread that mallocs before the arena cap gets
+    an arena of its own, 64 MiB of address space, which made ``ulimit -v 1G`` abort."""
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     try:
@@ -155,7 +154,12 @@ def _queries_stopped_on_signal(active: bool) -> Iterator[None]:
     watcher = threading.Thread(
         target=_stop_queries_on_signal, args=(read_end,), name="specnsys-signals", daemon=True
     )
-    watcher.start()
+    # a small stack: under ulimit -v every reserved MiB is one the analysis cannot have
+    stack = threading.stack_size(_WATCHER_STACK)
+    try:
+        watcher.start()
+    finally:
+        threading.stack_size(stack)
     try:
         yield
     finally:
@@ -326,9 +330,10 @@ def _run(argv: Sequence[str] | None) -> int:
     warnings.showwarning = _show_warning
     _PENDING_WARNINGS.clear()
     fit_to_address_space()
-    parser = build_parser()  # imports the commands, and with them the analysis stack
-    args = parser.parse_args(argv)
-    code = int(args.run(args) or 0)
+    with _queries_stopped_on_signal():
+        parser = build_parser()  # imports the commands, and with them the analysis stack
+        args = parser.parse_args(argv)
+        code = int(args.run(args) or 0)
     if _SIGNALLED:  # a library swallowed the interrupt (DuckDB 2.0 finishes the query anyway)
         raise KeyboardInterrupt
     sys.stdout.flush()  # a full disk must fail here, not silently at exit
