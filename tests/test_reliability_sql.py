@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -266,3 +267,60 @@ def test_ctrl_c_stops_the_query_with_130(
             process.kill()
             process.communicate()
     assert (process.returncode, out, err) == (130, "", "specnsys: interrupted\n")
+
+
+# --- the structured fuzzer over the classifier ------------------------------------------------
+
+
+def _fuzz_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sql_fuzz", REPO / "fuzz" / "sql_classifier_fuzz.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_generated_write_gets_through(tmp_path: Path) -> None:
+    """A few hundred assembled statements (hypothesis), each run for real: refused, or nothing
+    changed. Longer runs: ``python fuzz/sql_classifier_fuzz.py -max_total_time=300``."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    fuzz = _fuzz_module()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    oracle = fuzz.Oracle(good_loop(tmp_path), scratch)
+    counts = {"refused": 0, "ran": 0}
+    numbers = iter(range(1 << 30))
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def run(data: st.DataObject) -> None:
+        def pick(n: int) -> int:
+            return data.draw(st.integers(0, n - 1))
+
+        text = fuzz.statement(pick, scratch, next(numbers))
+        counts["refused" if oracle.check(text) else "ran"] += 1
+
+    try:
+        run()
+    finally:
+        oracle.close()
+    assert counts["refused"] > 50 and counts["ran"] > 10, counts  # both sides were exercised
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("atheris") is None, reason="atheris is not installed"
+)
+def test_atheris_sql_fuzzer_runs_briefly(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "fuzz" / "sql_classifier_fuzz.py"), "-max_total_time=10",
+         "-timeout=60", f"-artifact_prefix={tmp_path}/"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "SPECNSYS_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and "Done" in log, log[-4000:]
