@@ -30,7 +30,11 @@ ALLOWED = [
     "SUMMARIZE kernels",
     "EXPLAIN SELECT * FROM kernels",
     "EXPLAIN ANALYZE SELECT count(*) FROM nvtx",
-    "EXPLAIN COPY kernels TO '/tmp/never.csv'",  # plans only, runs nothing
+    "EXPLAIN (FORMAT JSON) SELECT 1",
+    "EXPLAIN -- a comment\n ANALYZE /* another */ SELECT count(*) FROM nvtx",
+    "FROM range(3) t(x)",
+    "SELECT * FROM duckdb_settings() WHERE name = 'threads'",
+    "SELECT upper(name) FROM kernels, LATERAL (SELECT * FROM range(2)) r",
     "PRAGMA table_info('kernels')",
     "PRAGMA show_tables",
     "PIVOT (SELECT 'a' AS k, 1 AS v) ON k USING sum(v)",
@@ -73,6 +77,21 @@ REFUSED = [
     ("PREPARE p AS SELECT 1", "PREPARE"),
     ("EXPLAIN ANALYZE COPY (SELECT 1) TO '{out}'", "COPY"),
     ("EXPLAIN (ANALYZE) COPY (SELECT 1) TO '{out}'", "COPY"),
+    ("EXPLAIN COPY kernels TO '{out}'", "COPY"),  # runs nothing, but is of no use either
+    ("EXPLAIN /**/ ANALYZE COPY (SELECT 1) TO '{out}'", "COPY"),
+    ("EXPLAIN -- c\nANALYZE COPY (SELECT 1) TO '{out}'", "COPY"),
+    ("EXPLAIN (ANALYSE) COPY (SELECT 1) TO '{out}'", "COPY"),
+    ("EXPLAIN ANALYZE SELECT * FROM enable_logging(storage_path='{out}')", "enable_logging"),
+    ("SELECT * FROM enable_logging(storage='file', storage_path='{out}')", "enable_logging"),
+    ("SELECT * FROM enable_profiling(format='json', save_location='{out}')", "enable_profiling"),
+    ("FROM kernels, LATERAL (FROM main.ENABLE_PROFILING()) p", "enable_profiling"),
+    ('SELECT * FROM "Enable_Logging"()', "enable_logging"),
+    ("SELECT * FROM query('SELECT 1')", "query"),
+    ("SELECT * FROM checkpoint()", "checkpoint"),
+    ("SELECT * FROM truncate_duckdb_logs()", "truncate_duckdb_logs"),
+    ("SELECT * FROM sqlite_attach('{out}')", "sqlite_attach"),  # an extension's, autoloaded
+    ("SELECT write_log('x')", "write_log"),
+    ("PIVOT (SELECT * FROM enable_logging()) ON a USING count(*)", "enable_logging"),
     ("/* SELECT */ DROP VIEW kernels", "DROP"),
     ("-- SELECT\nCOPY (SELECT 1) TO '{out}'", "COPY"),
     ("SELECT 1; DROP VIEW kernels", "2 statements"),
@@ -102,7 +121,7 @@ def test_parse_errors_stay_duckdb_errors() -> None:
     check_read_only("")  # nothing to run: nothing to refuse
 
 
-def _tree_digest(folder: Path) -> dict[str, str]:
+def tree_digest(folder: Path) -> dict[str, str]:
     """Relative path -> sha256 of every file under *folder* (names and bytes)."""
     return {
         str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -121,7 +140,7 @@ def test_trace_sql_refuses_writes_and_nothing_changes(
 ) -> None:
     with specnsys.open(export):
         pass  # write the cache entry
-    before = sha256(export), _tree_digest(isolated_cache)
+    before = sha256(export), tree_digest(isolated_cache)
     out = tmp_path / "out"
     with specnsys.open(export) as trace:
         assert trace.from_cache
@@ -134,11 +153,11 @@ def test_trace_sql_refuses_writes_and_nothing_changes(
         # the views are intact and still read the same data
         assert trace.sql("SELECT count(*) FROM kernels").fetchall() == [(20,)]
         assert trace.sql("SELECT count(*) FROM nvtx").fetchall() == [(82,)]
-    assert (sha256(export), _tree_digest(isolated_cache)) == before
+    assert (sha256(export), tree_digest(isolated_cache)) == before
     assert not out.exists()
 
 
-def _cli_batch(argvs: list[list[str]], cache: Path) -> list[dict]:
+def cli_batch(argvs: list[list[str]], cache: Path) -> list[dict]:
     done = subprocess.run(
         [sys.executable, "-m", "tests.cli_driver", json.dumps(argvs)],
         capture_output=True,
@@ -157,20 +176,20 @@ def test_cli_refuses_writes_with_one_line_and_nothing_changes(
     with specnsys.open(export) as trace:
         cache = trace.cache_folder
     assert cache is not None
-    before = sha256(export), _tree_digest(isolated_cache)
+    before = sha256(export), tree_digest(isolated_cache)
     out = tmp_path / "out"
     argvs = [
         ["sql", str(export), query.format(export=export, cache=cache, out=out)]
         for query, _ in REFUSED
     ]
-    results = _cli_batch(argvs, isolated_cache)
+    results = cli_batch(argvs, isolated_cache)
     for (query, word), result in zip(REFUSED, results, strict=True):
         assert result["traceback"] is None, result
         assert result["status"] == 2, (query, result)
         lines = result["stderr"].strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("specnsys: error: refused"), (query, lines)
         assert word in lines[0] and result["stdout"] == ""
-    assert (sha256(export), _tree_digest(isolated_cache)) == before
+    assert (sha256(export), tree_digest(isolated_cache)) == before
     assert not out.exists()
 
 
@@ -182,19 +201,19 @@ def test_cli_output_file_may_not_be_the_export_or_the_cache(
     with specnsys.open(export) as trace:
         cache = trace.cache_folder
     assert cache is not None
-    before = sha256(export), _tree_digest(isolated_cache)
+    before = sha256(export), tree_digest(isolated_cache)
     query = "SELECT 1 AS x"
     targets = [export, hard_link, cache / "kernels.parquet", isolated_cache / "stray.csv"]
     argvs = [["sql", str(export), query, "--format", "csv", "-o", str(t)] for t in targets]
-    for target, result in zip(targets, _cli_batch(argvs, isolated_cache), strict=True):
+    for target, result in zip(targets, cli_batch(argvs, isolated_cache), strict=True):
         assert result["status"] == 2 and "refused to write the result" in result["stderr"], (
             target,
             result,
         )
-    assert (sha256(export), _tree_digest(isolated_cache)) == before
+    assert (sha256(export), tree_digest(isolated_cache)) == before
     fine = tmp_path / "result.csv"
     argv = ["sql", str(export), query, "--format", "csv", "-o", str(fine)]
-    (ok,) = _cli_batch([argv], isolated_cache)
+    (ok,) = cli_batch([argv], isolated_cache)
     assert ok["status"] == 0 and fine.read_text().split() == ["x", "1"]
 
 
@@ -203,7 +222,7 @@ def test_cli_reads_still_work_after_lock_down(export: Path, isolated_cache: Path
     for use_cache in (True, False):
         flag = [] if use_cache else ["--no-cache"]
         argvs = [[*flag, "sql", str(export), q, "--format", "json"] for q in queries]
-        results = _cli_batch(argvs, isolated_cache)
+        results = cli_batch(argvs, isolated_cache)
         assert [r["status"] for r in results] == [0, 0, 0], results
         assert json.loads(results[0]["stdout"]) == [{"n": 20}]
 
@@ -212,7 +231,7 @@ def test_cli_cannot_read_other_files(export: Path, isolated_cache: Path, tmp_pat
     """The second line: after lock_down only the cache folder is readable."""
     secret = tmp_path / "secret.csv"
     secret.write_text("a\n1\n")
-    (result,) = _cli_batch(
+    (result,) = cli_batch(
         [["sql", str(export), f"SELECT * FROM read_csv('{secret}')"]], isolated_cache
     )
     assert result["status"] == 2 and "disabled by configuration" in result["stderr"]

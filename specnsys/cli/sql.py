@@ -1,14 +1,35 @@
 """``specnsys sql TRACE "SELECT ..."``: DuckDB SQL over the model tables.
 
-Output: a table on the terminal, or ``--format csv|json|parquet`` (to stdout, or ``-o FILE``;
-parquet needs ``-o``). The query result goes DuckDB -> Arrow -> writer, never through Python rows.
+Output: a text table on the terminal, or ``--format csv|json|parquet`` (to stdout, or
+``-o FILE``; parquet needs ``-o``). Every result DuckDB gives prints in every format: DuckDB
+renders what the writers cannot represent, never Python row by row:
+
+* ``table``: every value as DuckDB's own text (``CAST(... AS VARCHAR)``), aligned in columns two
+  spaces apart, numbers right-aligned, never wrapped; the first ``--max-rows`` rows.
+* ``csv``: numbers, booleans and text as they are; every other type (dates and timestamps of
+  any range, INTERVAL, BLOB, BIT, UUID, LIST, STRUCT, MAP, UNION, HUGEINT, ...) as DuckDB's text.
+* ``json``: one object per row, made by DuckDB's ``to_json`` (nested types stay nested).
+* ``parquet``: through Arrow; types Parquet cannot hold (INTERVAL, UNION, BIT, HUGEINT, ...) as
+  DuckDB's text.
+
+Duplicate column names (``SELECT * FROM kernels JOIN runtime USING (...)``) are made unique with
+a suffix (``start``, ``start_1``), as pandas and Polars readers expect, with a warning naming
+them. ``--timeout`` interrupts a query that runs longer; Ctrl-C interrupts it as any command.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import os
+import signal
 import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -16,6 +37,24 @@ from specnsys.errors import UsageError
 from specnsys.ingest import cache, open_trace
 from specnsys.ingest.model import to_arrow
 from specnsys.ingest.readonly_sql import check_output_path, lock_down
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+#: DuckDB types that Polars reads and writes as CSV without loss or panic.
+_PLAIN = frozenset(
+    {"boolean", "tinyint", "smallint", "integer", "bigint", "utinyint", "usmallint",
+     "uinteger", "ubigint", "float", "double", "decimal", "varchar"}
+)  # fmt: skip
+#: DuckDB types shown right-aligned in the text table.
+_NUMERIC = (_PLAIN - {"boolean", "varchar"}) | {"hugeint", "uhugeint", "bignum"}
+#: DuckDB types that Arrow's Parquet writer refuses or stores wrongly (HUGEINT overflows
+#: Arrow's decimal128(38), BIT and BIGNUM arrive as opaque bytes, TIMETZ loses its offset).
+_NOT_PARQUET = frozenset(
+    {"interval", "union", "bit", "bignum", "hugeint", "uhugeint", "time with time zone"}
+)
+_CELL_CHARS = 60  # longer table cells are cut (the other formats give the whole value)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,14 +69,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
     p.add_argument("-o", "--output", type=Path, help="write the result to this file")
     p.add_argument(
-        "--max-rows", type=int, default=50, help="rows shown in table format (default 50)"
+        "--max-rows", type=_count, default=50, help="rows shown in table format (default 50)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="stop the query after this many seconds (exit status 2)",
     )
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import duckdb
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of rows (0 or more)")
+    return value
 
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value < 1e9):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
     if args.format == "parquet" and args.output is None:
         raise UsageError("--format parquet needs -o FILE")
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
@@ -45,40 +108,254 @@ def run(args: argparse.Namespace) -> int:
         lock_down(trace.connection, [trace.cache_folder] if trace.cache_folder else [])
         if args.output is not None:
             check_output_path(args.output, [Path(args.trace), trace.path, cache.cache_root()])
-        try:
-            result = to_arrow(trace.sql(args.query)) if args.query.strip() else None
-        except duckdb.Error as exc:
-            raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
-        if result is None:
-            raise UsageError("the query returned no result set (give a SELECT)")
-    frame = pl.from_arrow(result)
-    assert isinstance(frame, pl.DataFrame)
-    write_result(frame, args.format, args.output, args.max_rows)
+        with _answering(trace.connection, args.timeout):
+            relation = trace.sql(args.query)
+            if relation is None:
+                raise UsageError(
+                    "the query holds no statement (only comments or blanks); give a SELECT"
+                )
+            result = _render(_unique_columns(relation), args.format, args.max_rows)
+    if isinstance(result, str):
+        _write_text(result, args.output)
+    else:
+        _write_parquet(result, args.output)
     return 0
 
 
-def write_result(frame: pl.DataFrame, fmt: str, output: Path | None, max_rows: int) -> None:
-    """Write *frame* in *fmt* to *output* (a file) or stdout."""
+@contextlib.contextmanager
+def _answering(con: duckdb.DuckDBPyConnection, timeout: float | None) -> Iterator[None]:
+    """Run the block's DuckDB work under *timeout* and turn DuckDB's errors into exit codes:
+    an SQL error and a stopped query are bad input (2), Ctrl-C is an interrupt (130), running
+    out of memory stays what it is (4)."""
+    import duckdb
+
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(timeout, stop) if timeout else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
-        if fmt == "parquet":
-            frame.write_parquet(output)
-        elif fmt == "csv":
-            text = frame.write_csv()
-            _emit(text, output)
-        elif fmt == "json":
-            _emit(frame.write_json() + "\n", output)
+        with _interrupt_on_sigint(con):
+            yield
+    except duckdb.InterruptException:
+        if fired.is_set():
+            raise UsageError(f"query stopped after {timeout:g} s (--timeout)") from None
+        raise KeyboardInterrupt from None  # Ctrl-C: DuckDB stopped the query for Python
+    except duckdb.OutOfMemoryException:
+        raise
+    except duckdb.Error as exc:
+        raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+@contextlib.contextmanager
+def _interrupt_on_sigint(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Let Ctrl-C stop a running query: DuckDB's Arrow fetch does not look at Python's signals
+    (measured with DuckDB 2.0.1: SIGINT left ``to_arrow_table()`` running for minutes), and
+    Python runs its handler only when the main thread is back from C. The C-level wakeup fd
+    sees the signal at once; a watcher thread then interrupts the connection. Python's own
+    handler still raises KeyboardInterrupt once the query has stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        previous = signal.set_wakeup_fd(write_end)
+    except ValueError:  # not the main interpreter
+        os.close(read_end)
+        os.close(write_end)
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            signals = os.read(read_end, 64)
+            if signal.SIGINT in signals and not done.is_set():
+                con.interrupt()
+
+    watcher = threading.Thread(target=watch, name="specnsys-sigint", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        signal.set_wakeup_fd(previous)
+        os.write(write_end, b"\0")  # wake the watcher so that it ends
+        watcher.join()
+        os.close(read_end)
+        os.close(write_end)
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """*names* with each repeat given the first free suffix ``_1``, ``_2``, ... (DuckDB's
+    names are case-insensitive, so ``a`` and ``A`` are repeats too)."""
+    taken = {name.lower() for name in names}
+    seen: set[str] = set()
+    unique = []
+    for name in names:
+        candidate, n = name, 0
+        while candidate.lower() in seen or (n and candidate.lower() in taken):
+            n += 1
+            candidate = f"{name}_{n}"
+        seen.add(candidate.lower())
+        unique.append(candidate)
+    return unique
+
+
+def _unique_columns(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    names = list(relation.columns)
+    unique = unique_names(names)
+    renamed = [f"{old} -> {new}" for old, new in zip(names, unique, strict=True) if old != new]
+    if not renamed:
+        return relation
+    warnings.warn(f"duplicate column names made unique: {', '.join(renamed)}", stacklevel=2)
+    return _project(relation, lambda _: False, unique)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _project(
+    relation: duckdb.DuckDBPyRelation,
+    as_text: Callable[[duckdb.DuckDBPyType], bool],
+    names: list[str] | None = None,
+) -> duckdb.DuckDBPyRelation:
+    """*relation*'s columns by position, those *as_text* picks cast to VARCHAR."""
+    names = names or list(relation.columns)
+    columns = [
+        f"#{i}{'::VARCHAR' if as_text(kind) else ''} AS {_quoted(name)}"
+        for i, (kind, name) in enumerate(zip(relation.types, names, strict=True), start=1)
+    ]
+    return relation.project(", ".join(columns))
+
+
+def _type_ids(kind: duckdb.DuckDBPyType) -> Iterator[str]:
+    """The ids of *kind* and of every type nested in it."""
+    yield str(kind.id)
+    if kind.id in ("list", "array", "struct", "map", "union"):
+        for _, child in kind.children:
+            if not isinstance(child, int):
+                yield from _type_ids(child)
+
+
+def _render(relation: duckdb.DuckDBPyRelation, fmt: str, max_rows: int) -> str | pa.Table:
+    """The result in *fmt*: text for table, csv and json; an Arrow table for parquet."""
+    if fmt == "parquet":
+        return to_arrow(_project(relation, lambda t: not _NOT_PARQUET.isdisjoint(_type_ids(t))))
+    if fmt == "json":
+        fields = ", ".join(
+            f"'{name.replace(chr(39), chr(39) * 2)}': #{i}"
+            for i, name in enumerate(relation.columns, start=1)
+        )
+        rows = pl.from_arrow(to_arrow(relation.project(f"to_json({{{fields}}})::VARCHAR AS j")))
+        assert isinstance(rows, pl.DataFrame)
+        return "[" + ",".join(rows["j"].to_list()) + "]\n"
+    if fmt == "csv":
+        frame = pl.from_arrow(to_arrow(_project(relation, lambda t: t.id not in _PLAIN)))
+        assert isinstance(frame, pl.DataFrame)
+        return frame.write_csv()
+    numeric = [kind.id in _NUMERIC for kind in relation.types]
+    shown = _project(relation, lambda _: True).limit(max_rows + 1)
+    frame = pl.from_arrow(to_arrow(shown))
+    assert isinstance(frame, pl.DataFrame)
+    return text_table(frame.head(max_rows), numeric, more=frame.height > max_rows)
+
+
+def text_table(frame: pl.DataFrame, right: list[bool], more: bool) -> str:
+    """*frame* (text columns) as aligned columns two spaces apart, a header and a rule; the
+    columns *right* marks right-aligned; NULL for a missing value; long cells cut."""
+    cells = frame.select(
+        pl.col(name)
+        .fill_null("NULL")
+        .str.replace_all(r"[\r\n\t]", " ")
+        .pipe(_cut)
+        for name in frame.columns
+    )
+    header = [" ".join(name.split()) for name in frame.columns]
+    widths = [
+        max(len(title), int(cells[name].str.len_chars().max() or 0))
+        for title, name in zip(header, cells.columns, strict=True)
+    ]
+    padded = [
+        pl.col(name).str.pad_start(width) if r else pl.col(name).str.pad_end(width)
+        for name, width, r in zip(cells.columns, widths, right, strict=True)
+    ]
+    lines = [
+        "  ".join(
+            t.rjust(w) if r else t.ljust(w) for t, w, r in zip(header, widths, right, strict=True)
+        ),
+        "  ".join("-" * w for w in widths),
+    ]
+    if cells.height:
+        body = cells.select(pl.concat_str(padded, separator="  ").str.strip_chars_end())
+        lines += body.to_series().to_list()
+    rows = f"{frame.height} row{'s' if frame.height != 1 else ''}"
+    lines.append(
+        f"({rows} shown; more follow: raise --max-rows or use --format csv)" if more else f"({rows})"
+    )
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _cut(cell: pl.Expr) -> pl.Expr:
+    return (
+        pl.when(cell.str.len_chars() > _CELL_CHARS)
+        .then(cell.str.slice(0, _CELL_CHARS - 1) + "…")
+        .otherwise(cell)
+    )
+
+
+def _write_text(text: str, output: Path | None) -> None:
+    """Write *text* to *output* or stdout; a failure is one line naming the target (exit 2).
+
+    A closed pipe (``| head``) is not a failure: it goes up to ``main`` as BrokenPipeError.
+    """
+    try:
+        if output is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
         else:
-            with pl.Config(
-                tbl_rows=max_rows, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=60,
-                tbl_hide_dataframe_shape=False,
-            ):
-                _emit(f"{frame}\n", output)
+            output.write_text(text)
+    except BrokenPipeError:
+        raise
     except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+        if output is None:
+            _drop_stdout()
+        raise _cannot_write(output, exc) from None
 
 
-def _emit(text: str, output: Path | None) -> None:
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        output.write_text(text)
+def _write_parquet(table: pa.Table, output: Path | None) -> None:
+    """Write *table* to *output* through a file we open: given a path, pyarrow removes it when
+    the write fails (measured: ``-o /dev/full`` as root deleted the device node)."""
+    import pyarrow.parquet as pq
+
+    assert output is not None  # checked before the query ran
+    try:
+        with open(output, "wb") as sink:
+            pq.write_table(table, sink)
+    except OSError as exc:
+        raise _cannot_write(output, exc) from None
+
+
+def _cannot_write(output: Path | None, exc: OSError) -> UsageError:
+    target = "standard output" if output is None else str(output)
+    return UsageError(f"cannot write to {target}: {exc.strerror or exc}")
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so that the text still buffered is not written (and does not
+    fail again) when Python flushes it at exit."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)

@@ -5,18 +5,34 @@ Why a statement check and not only a sandbox: the model's views read the cache's
 so DuckDB must be allowed to open that folder, and DuckDB's file-access switch
 (``enable_external_access`` + ``allowed_directories``) then allows *writing* there too (measured:
 ``COPY (SELECT 1) TO '<cache>/kernels.parquet'`` still overwrote the entry with access
-disabled). So every statement is classified by DuckDB's own parser
-(:func:`duckdb.extract_statements`) and only an allow-list of reading statements passes:
+disabled). So every statement is classified by DuckDB's own parser -- never by text patterns,
+which comments, casing and spellings defeat (``EXPLAIN /**/ ANALYZE COPY ...`` once ran the
+COPY) -- and only what is positively recognized as reading passes:
 
-* ``SELECT`` in all its forms (``WITH``, ``FROM``-first, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``,
-  ``UNPIVOT``; a top-level ``PIVOT``, which DuckDB parses as a multi-statement);
-* ``EXPLAIN`` of an allowed statement (``EXPLAIN ANALYZE`` runs it, so what it runs is checked);
+* one statement (:func:`duckdb.extract_statements`) whose type is ``SELECT`` -- ``WITH``,
+  ``FROM``-first, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``, ``UNPIVOT`` are SELECTs to DuckDB;
+* a top-level ``PIVOT`` (DuckDB parses one without an ``IN`` list as a multi-statement);
+* ``EXPLAIN [ANALYZE] [(options)]`` of a SELECT (``EXPLAIN ANALYZE`` runs what it explains,
+  so EXPLAIN of anything else is refused, ``ANALYZE`` or not);
 * ``PRAGMA`` from a list of pragmas that only report (``table_info``, ``show_tables``, ...).
+
+A SELECT is not read-only by its type alone: DuckDB has table functions with effects
+(``enable_logging(storage_path=...)`` and ``enable_profiling(save_location=...)`` write files,
+``query(...)`` runs SQL text, ``checkpoint()``, ``add_grammar_extension(...)``). Every table
+function a SELECT calls is read from DuckDB's own syntax tree (``json_serialize_sql``) and must
+be on :data:`READ_ONLY_TABLE_FUNCTIONS`; a table function that is not known (say, one of an
+extension that DuckDB would autoload) is refused. Where DuckDB cannot serialize the statement
+(a PIVOT without ``IN`` list) its tokens are checked instead: every ``name(`` must be a known
+function that is not a table function with effects (:func:`_check_calls_by_tokens`).
 
 Everything else -- ``COPY``, ``EXPORT``, ``ATTACH``, ``INSTALL``/``LOAD``, ``SET``/``RESET``,
 ``CREATE``/``DROP``/``ALTER``, ``INSERT``/``UPDATE``/``DELETE``/``MERGE``, ``CALL``,
 ``IMPORT DATABASE``, transactions, ``PREPARE``/``EXECUTE`` -- and any text holding more than one
 statement is refused with a one-line :class:`ReadOnlyQueryError` (exit status 2).
+
+Where the statement's words are needed (EXPLAIN's inner statement, the PRAGMA's name, PIVOT)
+they come from DuckDB's tokenizer (:func:`duckdb.tokenize`), to which comments are tokens of
+their own, so a comment cannot hide or fake a keyword.
 
 :func:`lock_down` is the second line, used by ``specnsys sql``: after the views exist, file
 access is limited to the cache folder and the configuration is locked, so a query can neither
@@ -25,9 +41,12 @@ read other files nor switch access back on.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +74,45 @@ READ_ONLY_PRAGMAS = frozenset(
     }
 )
 
+#: Table functions (and table macros) of DuckDB 2.0 that only read: catalog listings, series,
+#: file readers. Any other table function in a query is refused; DuckDB 2.0's others
+#: (``enable_logging``, ``enable_profiling``, ``disable_*``, ``checkpoint``,
+#: ``force_checkpoint``, ``truncate_duckdb_logs``, ``query``, ``json_execute_serialized_sql``,
+#: ``*_grammar_extension``, ``*_external_resource*``, the ``*arrow_scan``/``pandas_scan``/
+#: ``python_map_function`` pointer scans) write files, run SQL text or change the session.
+READ_ONLY_TABLE_FUNCTIONS = frozenset(
+    {f"duckdb_{name}" for name in (
+        "approx_database_count", "available_metrics", "columns", "connection_count",
+        "constraints", "coordinate_systems", "databases", "dependencies", "dialects",
+        "eviction_queues", "extension_repositories", "extensions", "external_file_cache",
+        "external_resource_types", "external_resources", "functions", "grammar_extensions",
+        "indexes", "keywords", "live_query_metrics", "log_contexts", "logs", "logs_parsed",
+        "memory", "optimizers", "prepared_statements", "profiling_settings", "schemas",
+        "secret_type_parameters", "secret_types", "secrets", "sequences", "settings",
+        "table_sample", "tables", "temporary_files", "triggers", "types", "variables", "views",
+    )}
+    | {f"pragma_{name}" for name in (
+        "collations", "database_size", "metadata_info", "platform", "show", "storage_info",
+        "table_info", "user_agent", "version",
+    )}
+    | {f"parquet_{name}" for name in (
+        "bloom_probe", "file_metadata", "full_metadata", "kv_metadata", "metadata",
+        "page_index", "scan", "schema",
+    )}
+    | {f"read_{name}" for name in (
+        "blob", "csv", "csv_auto", "duckdb", "json", "json_auto", "json_objects",
+        "json_objects_auto", "ndjson", "ndjson_auto", "ndjson_objects", "parquet", "text",
+    )}
+    | {
+        "generate_series", "glob", "histogram_values", "icu_calendar_names", "json_each",
+        "json_tree", "pg_timezone_names", "query_table", "range", "repeat", "repeat_row",
+        "sniff_csv", "summary", "test_all_types", "test_vector_types", "unnest", "which_secret",
+    }
+)  # fmt: skip
+
+#: Scalar functions with an effect beyond their result.
+_DENIED_SCALARS = frozenset({"write_log"})
+
 #: Why a refused statement type is dangerous, for the error message.
 _WHY = {
     "COPY": "it writes or reads files",
@@ -77,17 +135,43 @@ _WHY = {
     "EXECUTE": "prepared statements are not supported here",
     "VACUUM": "it rewrites storage",
 }
-
-_EXPLAIN_PREFIX = re.compile(
-    r"^\s*EXPLAIN\s+(?:(?P<analyze>ANALY[SZ]E)\s+)?(?:\((?P<opts>[^()]*)\)\s*)?",
-    re.IGNORECASE,
-)
-_PRAGMA_NAME = re.compile(r"^\s*PRAGMA\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
-_PIVOT = re.compile(r"^\s*PIVOT(?:_WIDER)?\b", re.IGNORECASE)
+_RULE = "specnsys runs read-only queries (SELECT, DESCRIBE, SHOW, EXPLAIN) and never changes "
+_RULE += "the export or its cache"
 
 
 class ReadOnlyQueryError(UsageError):
     """A query that could change the export, the cache or other files (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class _Token:
+    """One DuckDB token of a statement: where it starts, its text and DuckDB's kind for it."""
+
+    offset: int
+    text: str
+    kind: str  # "keyword", "identifier", "operator", "string_const", "numeric_const"
+
+    @property
+    def word(self) -> str:
+        """The token as a case-folded name (a quoted identifier unquoted)."""
+        text = self.text
+        if self.kind == "identifier" and len(text) >= 2 and text[0] == text[-1] == '"':
+            text = text[1:-1].replace('""', '"')
+        return text.lower()
+
+
+def _tokens(text: str) -> list[_Token]:
+    """DuckDB's tokens of *text*, comments left out (so a comment can hide or fake nothing)."""
+    import duckdb
+
+    found = duckdb.tokenize(text)
+    ends = [offset for offset, _ in found[1:]] + [len(text)]
+    tokens = []
+    for (offset, kind), end in zip(found, ends, strict=True):
+        name = str(kind).rsplit(".", 1)[-1]
+        if name != "comment":
+            tokens.append(_Token(offset, text[offset:end].strip(), name))
+    return tokens
 
 
 def _type_name(statement: object) -> str:
@@ -117,46 +201,174 @@ def check_read_only(query: str) -> None:
 
 
 def _check_statement(kind: str, text: str) -> None:
+    tokens = _tokens(text)
+    first = tokens[0].word if tokens else ""
     if kind == "SELECT":
+        _check_select(text, tokens)
         return
-    if kind == "MULTI" and _PIVOT.match(_strip_comments(text)):
+    if kind == "MULTI" and first in ("pivot", "pivot_wider"):
+        _check_calls_by_tokens(tokens)
         return
-    if kind == "EXPLAIN":
-        match = _EXPLAIN_PREFIX.match(_strip_comments(text))
-        analyze = match is not None and (
-            match.group("analyze") or "analyze" in (match.group("opts") or "").lower()
-        )
-        if match is not None and not analyze:
-            return  # EXPLAIN only plans; it runs nothing
-        if match is not None:
-            check_read_only(_strip_comments(text)[match.end() :])
-            return
-    if kind == "PRAGMA":
-        match = _PRAGMA_NAME.match(_strip_comments(text))
-        if match is not None and match.group("name").lower() in READ_ONLY_PRAGMAS:
-            return
+    if kind == "EXPLAIN" and first == "explain":
+        _check_explain(text, tokens)
+        return
+    if kind == "PRAGMA" and first == "pragma" and _pragma_name(tokens) in READ_ONLY_PRAGMAS:
+        return
     why = _WHY.get(kind, "it is not known to be read-only")
-    words = _strip_comments(text).split(None, 1)
-    keyword = words[0].upper() if words else kind
+    keyword = first.upper() or kind
     shown = {"LOAD": "INSTALL/LOAD", "UNKNOWN": "unrecognized"}.get(kind, keyword)
-    if kind == "PRAGMA" and keyword != "PRAGMA":  # IMPORT DATABASE, COPY FROM DATABASE
+    if kind == "PRAGMA" and first != "pragma":  # IMPORT DATABASE, COPY FROM DATABASE
         why = "it reads or copies whole databases"
+    raise ReadOnlyQueryError(f"refused {shown} statement: {why}; {_RULE}")
+
+
+def _pragma_name(tokens: list[_Token]) -> str:
+    """The name after ``PRAGMA`` (empty when the second token is not a name)."""
+    if len(tokens) > 1 and tokens[1].kind in ("identifier", "keyword"):
+        return tokens[1].word
+    return ""
+
+
+def _check_explain(text: str, tokens: list[_Token]) -> None:
+    """EXPLAIN [ANALYZE | ANALYSE] [(options)] <statement>: allowed when <statement> is an
+    allowed SELECT (EXPLAIN ANALYZE runs it; plain EXPLAIN of anything else is no use here).
+
+    The explained statement is the text from the token after the prefix on; that text must
+    itself parse as exactly one SELECT, so a prefix read differently from DuckDB can only make
+    the check refuse, never let another statement through.
+    """
+    import duckdb
+
+    at = 1
+    if at < len(tokens) and tokens[at].word in ("analyze", "analyse"):
+        at += 1
+    if at < len(tokens) and tokens[at].text == "(":
+        close = next((i for i in range(at, len(tokens)) if tokens[i].text == ")"), len(tokens))
+        at = close + 1
+    inner_text = text[tokens[at].offset :] if at < len(tokens) else ""
+    try:
+        inner = duckdb.extract_statements(inner_text)
+    except duckdb.Error:
+        inner = []
+    if len(inner) == 1 and _type_name(inner[0]) == "SELECT":
+        _check_select(inner[0].query, _tokens(inner[0].query))
+        return
+    word = tokens[at].text.upper() if at < len(tokens) else "an unrecognized"
     raise ReadOnlyQueryError(
-        f"refused {shown} statement: {why}; specnsys runs read-only queries "
-        "(SELECT, DESCRIBE, SHOW, EXPLAIN) and never changes the export or its cache"
+        f"refused EXPLAIN of a {word} statement: EXPLAIN is allowed for SELECT only "
+        f"(EXPLAIN ANALYZE runs the statement); {_RULE}"
     )
 
 
-_COMMENT = re.compile(r"^\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/)", re.DOTALL)
+def _check_select(text: str, tokens: list[_Token]) -> None:
+    """Refuse a SELECT that calls a table function with effects (see the module doc)."""
+    tree = _syntax_tree(text)
+    if tree is None:
+        _check_calls_by_tokens(tokens)
+        return
+    for node in _nodes(tree):
+        if node.get("type") == "TABLE_FUNCTION":
+            function = node.get("function")
+            name = function.get("function_name") if isinstance(function, dict) else None
+            if not isinstance(name, str) or name.lower() not in READ_ONLY_TABLE_FUNCTIONS:
+                _refuse_call(str(name))
+        elif node.get("class") == "FUNCTION":
+            name = node.get("function_name")
+            if not isinstance(name, str) or name.lower() in _DENIED_SCALARS:
+                _refuse_call(str(name))
 
 
-def _strip_comments(text: str) -> str:
-    """*text* without leading SQL comments (so that a comment cannot hide the keyword)."""
-    while True:
-        match = _COMMENT.match(text)
-        if match is None:
-            return text.lstrip()
-        text = text[match.end() :]
+def _check_calls_by_tokens(tokens: list[_Token]) -> None:
+    """The check for a statement DuckDB will not serialize (a PIVOT without IN list).
+
+    Without a syntax tree every ``name (`` is taken as a call: a table function that is not
+    read-only, a denied scalar, and an identifier that names no function DuckDB knows (which
+    could be an extension's, autoloaded) are refused. A table alias with a column list
+    (``t(a, b)``) in such a statement is refused too: the price of not knowing.
+    """
+    catalog = _catalog()
+    for token, following in zip(tokens, tokens[1:], strict=False):
+        if following.text != "(" or token.kind not in ("identifier", "keyword"):
+            continue
+        name = token.word
+        if name in READ_ONLY_TABLE_FUNCTIONS:
+            continue
+        if name in catalog.table_functions or name in _DENIED_SCALARS:
+            _refuse_call(name)
+        if token.kind == "identifier" and name not in catalog.functions:
+            _refuse_call(name)
+
+
+def _refuse_call(name: str) -> None:
+    raise ReadOnlyQueryError(
+        f"refused call of {name}(): it is not known to be read-only (it can write files, run "
+        f"SQL text or change the session); {_RULE}"
+    )
+
+
+def _nodes(tree: object) -> Iterator[dict]:
+    """Every JSON object in *tree* (iteratively: a deep query must not hit the recursion
+    limit)."""
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            yield item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    """Function names of a fresh DuckDB: table functions, and every other kind."""
+
+    table_functions: frozenset[str]
+    functions: frozenset[str]
+
+
+_PARSER_LOCK = threading.Lock()
+
+
+@functools.cache
+def _parser() -> duckdb.DuckDBPyConnection:
+    """A private in-memory connection for parsing (never the user's, never the default)."""
+    import duckdb
+
+    return duckdb.connect(":memory:")
+
+
+@functools.cache
+def _catalog() -> _Catalog:
+    with _PARSER_LOCK:
+        rows = (
+            _parser()
+            .execute(
+                "SELECT DISTINCT function_name, function_type IN ('table', 'table_macro') "
+                "FROM duckdb_functions()"
+            )
+            .fetchall()
+        )
+    return _Catalog(
+        frozenset(name.lower() for name, table in rows if table),
+        frozenset(name.lower() for name, table in rows if not table),
+    )
+
+
+def _syntax_tree(text: str) -> dict | None:
+    """DuckDB's syntax tree of the SELECT *text* as JSON, or None where DuckDB cannot
+    serialize it."""
+    import duckdb
+
+    try:
+        with _PARSER_LOCK:
+            rows = _parser().execute("SELECT json_serialize_sql($1)", [text]).fetchall()
+        tree = json.loads(rows[0][0], parse_constant=str)
+    except (duckdb.Error, ValueError, RecursionError):
+        return None
+    if not isinstance(tree, dict) or tree.get("error") is not False:
+        return None
+    return tree
 
 
 def lock_down(con: duckdb.DuckDBPyConnection, readable: Sequence[Path] = ()) -> None:
