@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import math
 import os
-import signal
 import sys
 import threading
 import warnings
@@ -140,8 +139,7 @@ def _answering(con: duckdb.DuckDBPyConnection, timeout: float | None) -> Iterato
         timer.daemon = True
         timer.start()
     try:
-        with _interrupt_on_sigint(con):
-            yield
+        yield  # Ctrl-C reaches a running query through the CLI's signal watcher (cli/main.py)
     except duckdb.InterruptException:
         if fired.is_set():
             raise UsageError(f"query stopped after {timeout:g} s (--timeout)") from None
@@ -153,46 +151,6 @@ def _answering(con: duckdb.DuckDBPyConnection, timeout: float | None) -> Iterato
     finally:
         if timer is not None:
             timer.cancel()
-
-
-@contextlib.contextmanager
-def _interrupt_on_sigint(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Let Ctrl-C stop a running query: DuckDB's Arrow fetch does not look at Python's signals
-    (measured with DuckDB 2.0.1: SIGINT left ``to_arrow_table()`` running for minutes), and
-    Python runs its handler only when the main thread is back from C. The C-level wakeup fd
-    sees the signal at once; a watcher thread then interrupts the connection. Python's own
-    handler still raises KeyboardInterrupt once the query has stopped."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    try:
-        previous = signal.set_wakeup_fd(write_end)
-    except ValueError:  # not the main interpreter
-        os.close(read_end)
-        os.close(write_end)
-        yield
-        return
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            signals = os.read(read_end, 64)
-            if signal.SIGINT in signals and not done.is_set():
-                con.interrupt()
-
-    watcher = threading.Thread(target=watch, name="specnsys-sigint", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        signal.set_wakeup_fd(previous)
-        os.write(write_end, b"\0")  # wake the watcher so that it ends
-        watcher.join()
-        os.close(read_end)
-        os.close(write_end)
 
 
 def unique_names(names: list[str]) -> list[str]:
