@@ -176,12 +176,14 @@ def attributed_gpu_ops(
     right = [_KEY] if packed else keys["right_on"]
     distinct = calls.select(pl.struct(right).n_unique() if len(right) > 1 else pl.col(right[0]).n_unique())
     if int(distinct.item()) != calls.height:  # an id shared by several calls: the first wins
-        if "api_end" not in calls.columns:  # a lean frame: the order needs every column (rare)
+        if not {"api_end", "api_name"} <= set(calls.columns):  # lean: the order needs them (rare)
             full = attributed_runtime(trace, index, pid, details=True)
             calls = _launching_calls(full, launched_between)
             if packed:
                 calls = calls.with_columns(_packed_key("rt_pid", "rt_corr"))
-        calls = calls.sort(["api_start", "api_end", "api_global_tid"]).unique(
+        # the earliest call; ties by end, thread, then name: calls equal in all four are equal
+        # in every column kept, so the pick never depends on the (unspecified) row order
+        calls = calls.sort(["api_start", "api_end", "api_global_tid", "api_name"]).unique(
             subset=right, keep="first", maintain_order=True
         )
         if not details:
@@ -222,6 +224,7 @@ def _merge_launches(ops: pl.LazyFrame, calls: pl.DataFrame, left: str, right: st
     call at random), on the 6.3M one 0.58-0.69 s against 0.77-0.99 s.
     """
     match = "__launch_key"
+    # Tie-safe: the calls' keys are unique (attributed_gpu_ops keeps one call per key).
     table = calls.with_columns(pl.col(right).alias(match)).sort(right)
     on = {"on": left} if left == right else {"left_on": left, "right_on": right}
     found = pl.col(match) == pl.col(left)

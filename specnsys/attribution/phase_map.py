@@ -98,8 +98,11 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
     )
     # Boundaries carry only their range's row number (ri); the sort keys are dropped as soon
     # as the order is known, so tens of millions of ranges stay within a few narrow columns.
-    # Order at one instant: ends before starts; starts outer first (by depth, then the later
-    # end first); ends inner first -- as a stack of properly nested ranges.
+    # Order at one instant (a total order: ids are unique): ends before starts; starts outer
+    # first -- the later end first, then by depth, then push order; ends inner first -- as a
+    # stack of properly nested ranges. The end comes before the depth: depths count one NVTX
+    # domain's stack each, so they do not compare across domains, while a range of any domain
+    # nested in another's time ends no later than it.
     ri = pl.int_range(pl.len(), dtype=pl.UInt32).alias("ri")
     order = ["gtid", "t", "is_start", "k1", "k2", "k3"]
     events = (
@@ -107,12 +110,12 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
             [
                 r.select(
                     "gtid", pl.col("s").alias("t"), pl.lit(1, pl.Int8).alias("is_start"),
-                    pl.col("depth").alias("k1"), (-pl.col("e").fill_null(_OPEN)).alias("k2"),
+                    (-pl.col("e").fill_null(_OPEN)).alias("k1"), pl.col("depth").alias("k2"),
                     pl.col("id").alias("k3"), ri,
                 ),
                 r.select(
                     "gtid", pl.col("e").alias("t"), pl.lit(0, pl.Int8).alias("is_start"),
-                    (-pl.col("depth")).alias("k1"), (-pl.col("s")).alias("k2"),
+                    (-pl.col("s")).alias("k1"), (-pl.col("depth")).alias("k2"),
                     (-pl.col("id")).alias("k3"), ri,
                 ).filter(pl.col("t").is_not_null()),
             ]
@@ -125,7 +128,8 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
         )
     )
     # The innermost range after each boundary: the last start of the thread (this one, for a
-    # start) whose level equals the level after the boundary -- one as-of join.
+    # start) whose level equals the level after the boundary -- one as-of join. Tie-safe: its
+    # key ``rn`` is unique (a row number of the total order above).
     starts = events.filter(pl.col("is_start") == 1).select(
         "gtid", "lvl", "rn", pl.col("ri").alias("owner")
     )
@@ -185,6 +189,11 @@ def lookup_phase(
     )
     known = lazy.filter(keyed).sort(t)
     threads = change_points["gtid"].unique()
+    if gtid is None and threads.len() > 1:
+        # two threads' change points at one instant would tie, and the join would pick either
+        raise ValueError("a lookup without a thread column needs the change points of one thread")
+    # Tie-safe: the change points have one row per (thread, t) (the state after an instant's
+    # last boundary), so every as-of join below has a unique right key.
     if gtid is not None and threads.len() == 1:
         # One thread has phase ranges (the usual loop): a plain as-of join, half the cost of a
         # grouped one; points of other threads then get no phase, as the grouped join gives.
@@ -262,6 +271,7 @@ def phase_lookup_sql(points: str, index: PhaseIndex) -> str:
     """
     if index.name is None:
         raise ValueError("phase_lookup_sql needs an index built with for_sql=True")
+    # one change point per (gtid, t): the ASOF join's right key is unique, ties cannot occur
     return f"""
     SELECT q.*,
            CASE WHEN m.lvl > 0 AND m.s <= q._t AND (m.e IS NULL OR q._t < m.e)

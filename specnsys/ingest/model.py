@@ -759,6 +759,7 @@ def nvtx_nesting(raw: pl.LazyFrame) -> pa.Table:
         pl.col("id").alias("parent"),
     ).set_sorted("parent_ord")
     return (
+        # Tie-safe: ``parent_ord`` is unique (a start's rank in the total order of the sort).
         children.join_asof(
             candidates,
             left_on="ord",

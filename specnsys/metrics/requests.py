@@ -7,8 +7,8 @@ states the rest with marks (``specnsys.annotate.VALUE_MARKS``):
   host: ``ttft = first_token - request start``;
 * ``output_tokens`` (payload: the request's output length) emitted on the ending thread just
   before the range ends; a request takes the last such mark on its ending thread at or
-  before its end and not before its start: ``tpot = (end - first_token) / (tokens - 1)``
-  (undefined for one-token requests).
+  before its end and not before its start (of marks at one instant, the last emitted):
+  ``tpot = (end - first_token) / (tokens - 1)`` (undefined for one-token requests).
 
 A mark two requests would both claim is given to neither (their TPOT becomes null) rather
 than guessed.
@@ -72,7 +72,12 @@ def request_latencies(trace: Trace, scope: Scope) -> pl.DataFrame:
           AND mk.t >= r.s AND (r.e IS NULL OR mk.t <= r.e)
         GROUP BY r.id
     ),
-    ot_marks AS (SELECT * FROM mk WHERE name = 'output_tokens'),
+    -- One mark per (thread, instant): the last emitted (the later export row). The ASOF
+    -- join below then has a unique key; with tied marks it took either one.
+    ot_marks AS (
+        SELECT g, t, max(mark_id) AS mark_id, arg_max(v, mark_id) AS v
+        FROM mk WHERE name = 'output_tokens' GROUP BY g, t
+    ),
     ot0 AS (
         SELECT r.id, o.mark_id, o.v, o.t
         FROM (SELECT * FROM req WHERE e IS NOT NULL) r
