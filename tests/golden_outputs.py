@@ -74,6 +74,9 @@ def write(out_dir: Path, traces: list[tuple[Path, str]]) -> None:
         lines = make(trace, folder)
         with tempfile.TemporaryDirectory() as cache:
             results = run_batch(lines, Path(cache))
+        for result in results:  # the cache folder's name is new each run
+            for stream in ("stdout", "stderr"):
+                result[stream] = result[stream].replace(cache, "<cache>")
         for n, result in enumerate(results):
             name = f"{n:02d}-{'_'.join(a for a in result['argv'][:2] if '/' not in a)}.txt"
             text = (
