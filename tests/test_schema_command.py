@@ -111,7 +111,8 @@ def test_text_has_one_aligned_block_per_table_with_the_json_content(
     assert len(blocks) == len(reference["tables"])
     for block, table in zip(blocks, reference["tables"], strict=True):
         title, header, *rows = block.split("\n")
-        assert title == f"{table['name']}  (from {' + '.join(table['sources'])}): {table['meaning']}"
+        sources = " + ".join(table["sources"])
+        assert title == f"{table['name']}  (from {sources}): {table['meaning']}"
         assert header.split() == ["column", "type", "polars", "meaning"]
         starts = [header.index(word) for word in ("type", "polars", "meaning")]
         for row, column in zip(rows, table["columns"], strict=True):

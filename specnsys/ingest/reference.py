@@ -223,7 +223,7 @@ def model_reference() -> tuple[TableReference, ...]:
     try:
         folder = tempfile.TemporaryDirectory(prefix="specnsys-reference-")
     except OSError as exc:
-        raise OutputError(f"cannot create a temporary folder for the model reference: {exc}") from exc
+        raise OutputError(f"cannot create a temporary folder for the reference: {exc}") from exc
     with folder as scratch, open_trace(_reference_export(Path(scratch)), use_cache=False) as trace:
         tables = []
         for table in MODEL:

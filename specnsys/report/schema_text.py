@@ -25,7 +25,8 @@ def render_schema_json(tables: Sequence[TableReference]) -> str:
 
 def render_schema_text(tables: Sequence[TableReference]) -> str:
     """One block per table: its name, source and meaning, then its columns in aligned cells."""
-    lines = [textwrap.fill(c, 100, initial_indent="- ", subsequent_indent="  ") for c in CONVENTIONS]
+    lines = [textwrap.fill(c, 100, initial_indent="- ", subsequent_indent="  ")
+             for c in CONVENTIONS]
     lines.append("")
     for table in tables:
         lines.append(f"{table.name}  (from {' + '.join(table.sources)}): {table.meaning}")
