@@ -2,7 +2,7 @@
 
 What a performance engineer would write by hand with the usual tools: ``pandas.read_sql_query``
 over the export (Python's ``sqlite3``), merges and ``numpy``, a stack walk in Python for the
-nesting. It computes the same numbers as ``specnsys phases`` (DESIGN.md section 4):
+nesting. It computes the same numbers as ``specnsys phases`` (docs/design.md#attribution):
 
 1. the analyzed process: the one with the most phase ranges; its driver thread: the thread
    with the most phase ranges; the window: first ``request`` start to last ``request`` end;

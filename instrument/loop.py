@@ -1,6 +1,6 @@
 """The generation loop: baseline autoregressive and speculative decoding, batched.
 
-Every piece of work sits inside one phase range of DESIGN.md section 3, so a trace of this
+Every piece of work sits inside one phase range of docs/design.md#phases, so a trace of this
 loop attributes its whole run to phases:
 
 * ``schedule``: admission of queued requests into free cache slots, batch formation;

@@ -1,6 +1,6 @@
 """Summary statistics of a run as the runner prints them (latency, throughput, acceptance).
 
-Acceptance follows DESIGN.md section 5: ``mean_accepted`` counts accepted drafts per step
+Acceptance follows docs/design.md#metrics: ``mean_accepted`` counts accepted drafts per step
 excluding the bonus token, ``tokens_per_step`` includes it, and ``per_position[i]`` is the
 fraction of steps whose (i+1)-th draft was accepted (per-position survival).
 """

@@ -1,4 +1,4 @@
-"""NVTX annotation API for speculative-decoding loops (DESIGN.md section 3).
+"""NVTX annotation API for speculative-decoding loops (docs/design.md#phases).
 
 Users wrap the phases of their own generation loop in ranges of the fixed phase vocabulary,
 in the NVTX domain ``specnsys``, so that ``specnsys`` can attribute every nanosecond of an
@@ -85,7 +85,7 @@ PHASES: tuple[str, ...] = (
     "sync",
     "schedule",
 )
-"""The phase vocabulary of DESIGN.md section 3, in nesting order (outermost first)."""
+"""The phase vocabulary of docs/design.md#phases, in nesting order (outermost first)."""
 
 MARKS: tuple[str, ...] = ("proposed", "accepted")
 """Mark messages used for acceptance statistics (one pair per sequence per step)."""
@@ -102,7 +102,7 @@ VALUE_MARKS: dict[str, str] = {
     "device_memory_peak": "peak device memory allocated (bytes) during the enclosing phase range, "
     "emitted inside it (CUDA runs; torch.cuda.max_memory_allocated after a reset at its start)",
 }
-"""Integer-payload marks the analysis reads, with their meaning (DESIGN.md section 5)."""
+"""Integer-payload marks the analysis reads, with their meaning (docs/design.md#marks)."""
 
 # ARGB colors so the phases are told apart at a glance in the Nsight Systems timeline.
 _COLORS: dict[str, int] = {

@@ -1,4 +1,4 @@
-"""Metrics on built traces with hand-computed answers, and the pure formulas (DESIGN.md §5).
+"""Metrics on built traces with hand-computed answers, and pure formulas (docs/design.md#metrics).
 
 Every expected value below is worked out from the event times in the test (comments show
 the arithmetic), not read back from the code under test.

@@ -6,7 +6,7 @@ the same RangeId exactly; on every export with kernels, each (name, grid, block)
 instances, min and max are equal and avg/median/stddev/percent agree to the report's rounding
 (one decimal). The sample traces are CPU captures: nsys and specnsys both find no GPU work.
 Semantics that differ on purpose are not compared here: the phase breakdown uses the
-*innermost* phase for exclusive time (DESIGN.md section 4), while nvtxgpuproj counts an op for
+*innermost* phase (docs/design.md#attribution), while nvtxgpuproj counts an op for
 every enclosing range; tests/test_attribution.py covers the former.
 """
 

@@ -3,7 +3,7 @@
 Whatever the export holds -- overlapping, crossing, unclosed or backwards ranges, duplicate and
 dangling correlation ids, several processes and threads, values near the int64 limits -- opening
 it and computing the exclusive phase timeline either succeeds with the attribution invariants
-(DESIGN.md section 4: phase times sum to the window exactly, every share in [0, 1]) or raises
+(docs/design.md#attribution: phase times sum to the window exactly, every share in [0, 1]) or raises
 :class:`specnsys.SpecnsysError`. Any other exception is a bug.
 """
 

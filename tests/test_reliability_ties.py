@@ -18,7 +18,7 @@ order them by a unique key that states the semantics. The lookups and what keeps
   thread at one instant are ordered by export row (emission order on the thread); the old
   join took the first emitted of tied marks on a small trace and the last on a large one.
 
-Built traces give exact answers worked out by hand from DESIGN.md section 4 (GPU work to the
+Built traces give exact answers worked out by hand from docs/design.md#attribution (GPU work to the
 phase that launched it; idle time to the innermost phase range open on the driver thread);
 fresh processes with different Polars thread counts must print identical output; a coarse
 clock copy of a real export (every time floored to a microsecond) and the tied-launch copy of

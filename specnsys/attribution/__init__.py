@@ -1,4 +1,4 @@
-"""NVTX -> GPU projection and the exclusive phase timeline (DESIGN.md section 4).
+"""NVTX -> GPU projection and the exclusive phase timeline (docs/design.md#attribution).
 
 * :func:`gpu_ops_with_phase` -- every kernel/memcpy/memset with the phase it was launched in;
 * :func:`exclusive_phase_times` -- per-phase exclusive wall time summing to the window exactly;

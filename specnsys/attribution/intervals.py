@@ -1,6 +1,6 @@
 """Interval unions in SQL: the gaps-and-islands step shared by the timeline and the projection.
 
-GPU busy time is an interval *union* (DESIGN.md section 4, rule 4), never a sum: overlapping
+GPU busy time is an interval *union* (docs/design.md#attribution, rule 4), never a sum: overlapping
 ops on several streams would otherwise count twice.
 """
 

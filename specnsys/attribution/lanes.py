@@ -2,7 +2,7 @@
 
 A performance engineer looks at one step of the loop to see *why* the GPU is idle: the CPU
 phase ranges on the driver thread, the CUDA API calls it makes, and the GPU work those calls
-launched (coloured by the phase they were launched in, DESIGN.md section 4 rule 1), side by
+launched (coloured by the phase they were launched in, docs/design.md#attribution rule 1), side by
 side, so the asynchronous overlap and the idle gaps are visible. This module computes that
 data from the trace (DuckDB SQL over the model tables); the renderer in
 :mod:`specnsys.report.plots.timeline` only draws it.

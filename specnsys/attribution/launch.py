@@ -1,4 +1,4 @@
-"""Launch attribution (DESIGN.md section 4, rule 1): every GPU op gets the phase of its launch.
+"""Launch attribution (docs/design.md#attribution, rule 1): a GPU op gets the phase of its launch.
 
 A GPU activity (kernel, memcpy, memset, graph replay) is joined to the CUDA runtime call that
 launched it by ``(correlation_id, pid)``; its phase is the innermost phase range (under the

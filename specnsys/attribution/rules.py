@@ -1,7 +1,7 @@
 """Name-mapping rules: which NVTX ranges are phases, and which phase each one is.
 
 specnsys's own loop emits ranges named after the phase vocabulary in the ``specnsys`` domain
-(DESIGN.md section 3); engines with their own NVTX names (``"model_forward"``,
+(docs/design.md#phases); engines with their own NVTX names (``"model_forward"``,
 ``"spec_decode.verify"``, ...) are mapped onto the same vocabulary by a small TOML file::
 
     # my_engine.toml

@@ -1,4 +1,4 @@
-"""Exclusive phase timeline (DESIGN.md section 4, rules 2-4): phase times that sum to the window.
+"""Exclusive phase timeline (docs/design.md#attribution, rules 2-4): times summing to the window.
 
 Method (sorted sweeps in Polars over the model's columns; no per-event Python, no
 interval-pair joins; memory grows with the number of rows, never with ranges x ops):
@@ -295,7 +295,7 @@ def exclusive_phase_times(
     *,
     rules: PhaseRules | str | None = None,
 ) -> PhaseBreakdown:
-    """Exclusive wall time per phase of process *pid* (DESIGN.md section 4, rule 2).
+    """Exclusive wall time per phase of process *pid* (docs/design.md#attribution, rule 2).
 
     Phases are named by *rules* (a :class:`PhaseRules`, a built-in set's name or a TOML path;
     see :mod:`.rules`) or, by default, by specnsys's convention: push/pop ranges of *domain*

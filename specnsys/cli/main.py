@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         profile,
         ranges,
         report,
+        schema,
         sql,
         whatif,
     )
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.register(sub)
     plot.register(sub)
     report.register(sub)
+    schema.register(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""``specnsys phases TRACE``: the exclusive phase breakdown (DESIGN.md section 4)."""
+"""``specnsys phases TRACE``: the exclusive phase breakdown (docs/design.md#attribution)."""
 
 from __future__ import annotations
 

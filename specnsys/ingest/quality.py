@@ -3,7 +3,7 @@
 Traces from crashed runs, truncated copies and hand-edited files have rows the attribution
 cannot use as they are: ranges that end before they start or never end, GPU operations without
 times or without the API call that launched them, correlation ids given to two calls. The
-analyses skip or clip such rows by rule (DESIGN.md section 4); without a warning the answer
+analyses skip or clip such rows by rule (docs/design.md#attribution); without a warning the answer
 would silently rest on less data than the user thinks. :func:`data_warnings` counts each kind
 with one DuckDB query over the model tables (the two launch checks in Polars on the packed
 key, when every call has one) and returns one sentence per kind found.

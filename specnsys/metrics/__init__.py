@@ -1,4 +1,4 @@
-"""p, r, Amdahl, acceptance, sampler share, bandwidth, compare (DESIGN.md section 5).
+"""p, r, Amdahl, acceptance, sampler share, bandwidth, compare (docs/design.md#metrics).
 
 * :func:`analyze_trace` -- every single-trace metric in an :class:`Analysis`
   (``Analysis.to_dict()`` is the ``analyze --json`` object);

@@ -1,4 +1,4 @@
-"""Acceptance statistics from the ``proposed``/``accepted`` marks (DESIGN.md section 5).
+"""Acceptance statistics from the ``proposed``/``accepted`` marks (docs/design.md#metrics).
 
 One mark pair per sequence per speculative step: ``proposed`` = k offered drafts, ``accepted``
 = accepted drafts (0..k, the bonus/correction token not counted). The pair is emitted

@@ -1,4 +1,4 @@
-"""Pure formulas: Amdahl's law and Leviathan et al.'s expected speedup (DESIGN.md section 5).
+"""Pure formulas: Amdahl's law and Leviathan et al.'s expected speedup (docs/design.md#metrics).
 
 No trace access here: every function takes numbers and returns numbers, so the what-if
 analysis, the tests of published tables and the trace analyses share one implementation.

@@ -1,4 +1,4 @@
-"""``analyze_trace``: every single-trace metric of DESIGN.md section 5, in one ``Analysis``.
+"""``analyze_trace``: every single-trace metric of docs/design.md#metrics, in one ``Analysis``.
 
 The exclusive phase breakdown (attribution layer) is the base: shares are shares of the
 window and sum to 1. On top of it:

@@ -1,4 +1,4 @@
-"""Memory bandwidth per phase (DESIGN.md section 5), from the best source the trace has.
+"""Memory bandwidth per phase (docs/design.md#metrics), from the best source the trace has.
 
 1. ``GPU_METRICS`` (``nsys profile --gpu-metrics-devices=...``): DRAM read + write
    throughput (percent of peak) sampled on the device. Each sample taken while GPU work of

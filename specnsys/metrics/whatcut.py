@@ -23,7 +23,7 @@ from typing import Any
 __all__ = ["ACCELERABLE", "CutCandidate", "WhatCut", "accelerable_phases", "what_to_cut"]
 
 ACCELERABLE: tuple[str, ...] = ("forward", "draft", "verify")
-"""Accelerable phases (DESIGN.md section 3): a baseline run has ``forward``, a speculative run
+"""Accelerable phases (docs/design.md#phases): a baseline run has ``forward``, a speculative run
 ``draft`` + ``verify`` in its place; the same tuple as :data:`specnsys.metrics.analysis.ACCELERABLE`
 (kept here too so this module reads saved JSON without loading the trace stack)."""
 

@@ -58,7 +58,7 @@ PHASE_ORDER: tuple[str, ...] = (
 accelerable share reads off the left edge), then the non-accelerable ones, the catch-alls last."""
 
 ACCELERABLE_PHASES: frozenset[str] = frozenset({"forward", "draft", "verify"})
-"""Phases drawn as the accelerable part (DESIGN.md section 3): forward, or draft + verify."""
+"""Phases drawn as the accelerable part (docs/design.md#phases): forward, or draft + verify."""
 
 # Colours for phases nobody named in advance (custom rules): picked by a hash of the name, so
 # the same custom phase keeps its colour across figures, runs and reports.
