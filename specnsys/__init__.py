@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from specnsys.api import PUBLIC_FUNCTIONS
 from specnsys.errors import BadInputError, SpecnsysError
 
 if TYPE_CHECKING:
-    from specnsys.api import (
+    from specnsys.api import (  # noqa: F401 - in __all__ through PUBLIC_FUNCTIONS
         analyze,
         compare,
         figure,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
         timeline,
         whatif,
     )
-    from specnsys.ingest import MODEL_TABLES, Trace
+    from specnsys.ingest import MODEL_TABLES, Trace  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -47,21 +48,11 @@ __all__ = [
     "SpecnsysError",
     "Trace",
     "__version__",
-    "analyze",
-    "compare",
-    "figure",
-    "kernels",
-    "open",
-    "phases",
-    "ranges",
-    "report",
-    "resolve_rules",
-    "timeline",
-    "whatif",
+    *PUBLIC_FUNCTIONS,
 ]
 
-#: Loaded on first use: the trace model's names from :mod:`specnsys.ingest`, the rest of
-#: ``__all__`` (the public functions) from :mod:`specnsys.api`.
+#: Loaded on first use: the trace model's names from :mod:`specnsys.ingest`, the public
+#: functions from :mod:`specnsys.api` (which imports nothing heavy until one is called).
 _INGEST = ("MODEL_TABLES", "Trace")
 
 
@@ -70,7 +61,7 @@ def __getattr__(name: str) -> Any:
         from specnsys import ingest
 
         return getattr(ingest, name)
-    if name in __all__:
+    if name in PUBLIC_FUNCTIONS:
         from specnsys import api
 
         return getattr(api, name)

@@ -33,13 +33,8 @@ if TYPE_CHECKING:
     from specnsys.metrics import Analysis, Comparison
     from specnsys.report.build import Run
 
-__all__ = [
-    "Compared",
-    "Figure",
-    "Phases",
-    "Report",
-    "Table",
-    "WhatIf",
+#: What ``import specnsys`` exposes from here (besides the result classes below).
+PUBLIC_FUNCTIONS = (
     "analyze",
     "compare",
     "figure",
@@ -50,9 +45,10 @@ __all__ = [
     "report",
     "resolve_rules",
     "timeline",
-    "warn",
     "whatif",
-]
+)
+
+__all__ = ["Compared", "Figure", "Phases", "Report", "Table", "WhatIf", "warn", *PUBLIC_FUNCTIONS]
 
 
 def open(path: str | Path, *, use_cache: bool = True) -> Trace:  # noqa: A001 - specnsys.open
