@@ -1,7 +1,17 @@
 """specnsys: why speculative decoding is slower than promised, from an Nsight Systems trace.
 
-``specnsys.open(path)`` ingests an nsys SQLite export (or ``.nsys-rep`` with nsys on PATH) into a
-columnar trace model you can query with DuckDB SQL (``trace.sql``) or Polars (``trace.table``).
+In a notebook or a script::
+
+    import specnsys
+
+    trace = specnsys.open("spec.sqlite")        # the columnar model: trace.sql(...), trace.table(...)
+    run = specnsys.analyze("spec.sqlite")       # every metric; run.to_dict() is `analyze --json`
+    pair = specnsys.compare("base.sqlite", "spec.sqlite")   # predicted vs measured speedup
+    breakdown = specnsys.phases("spec.sqlite")  # exclusive time per phase, a Polars frame
+    fig = specnsys.figure("phases", "base.sqlite", "spec.sqlite").draw()
+
+Each CLI command is one of these calls (:mod:`specnsys.api`); every result is a frozen
+dataclass with ``to_dict()`` and carries the export's ``data_warnings``.
 
 The analysis stack (DuckDB, Polars, Arrow) loads on first use, so that ``specnsys.annotate``,
 imported into inference processes, costs only the ``nvtx`` import.
@@ -11,22 +21,52 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from specnsys.api import PUBLIC_FUNCTIONS
 from specnsys.errors import BadInputError, SpecnsysError
 
 if TYPE_CHECKING:
-    from specnsys.ingest import MODEL_TABLES, Trace
-    from specnsys.ingest import open_trace as open  # noqa: A004
+    from specnsys.api import (  # noqa: F401 - in __all__ through PUBLIC_FUNCTIONS
+        analyze,
+        compare,
+        figure,
+        kernels,
+        open,  # noqa: A004
+        phases,
+        ranges,
+        report,
+        resolve_rules,
+        timeline,
+        whatif,
+    )
+    from specnsys.ingest import MODEL_TABLES, Trace  # noqa: F401
 
 __version__ = "0.1.0"
 
-__all__ = ["MODEL_TABLES", "BadInputError", "SpecnsysError", "Trace", "__version__", "open"]
+__all__ = [
+    "MODEL_TABLES",
+    "BadInputError",
+    "SpecnsysError",
+    "Trace",
+    "__version__",
+    *PUBLIC_FUNCTIONS,
+]
 
-_LAZY = {"open": "open_trace", "Trace": "Trace", "MODEL_TABLES": "MODEL_TABLES"}
+#: Loaded on first use: the trace model's names from :mod:`specnsys.ingest`, the public
+#: functions from :mod:`specnsys.api` (which imports nothing heavy until one is called).
+_INGEST = ("MODEL_TABLES", "Trace")
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    if name in _INGEST:
         from specnsys import ingest
 
-        return getattr(ingest, _LAZY[name])
+        return getattr(ingest, name)
+    if name in PUBLIC_FUNCTIONS:
+        from specnsys import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'specnsys' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specnsys.report.build import build_report
+from specnsys import api
 from specnsys.report.html import ReportFigure, inline_svg, render_report_html
 from tests.test_plots import BASELINE, COMPARISON, SPEC
 from tests.test_plots_lanes import build_gpu_trace
@@ -48,7 +48,7 @@ class Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def sample_report() -> str:
-    return build_report(SAMPLES / "spec_chat_c4_k4.sqlite", SAMPLES / "baseline_chat_c4.sqlite")
+    return api.report(SAMPLES / "spec_chat_c4_k4.sqlite", SAMPLES / "baseline_chat_c4.sqlite").html
 
 
 def test_report_of_a_real_baseline_and_spec_pair_has_every_section(sample_report: str) -> None:
@@ -96,7 +96,7 @@ def test_what_to_cut_table_ranks_the_baselines_non_accelerable_phases(sample_rep
 
 
 def test_report_of_one_baseline_trace_with_gpu_lanes(tmp_path: Path) -> None:
-    page_text = build_report(build_gpu_trace(tmp_path / "gpu.sqlite"))
+    page_text = api.report(build_gpu_trace(tmp_path / "gpu.sqlite")).html
     page = Page(page_text)
     assert page.sections == ["answer", "figures", "what-to-cut", "analyze", "not-available"]
     assert page.figures == ["phases", "amdahl", "timeline"]  # no acceptance in a baseline

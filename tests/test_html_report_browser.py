@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specnsys.report.build import build_report
+from specnsys import api
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
@@ -244,7 +244,7 @@ def page_facts(browser: Chromium) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    page = build_report(SAMPLES / "spec_chat_c4_k4.sqlite", SAMPLES / "baseline_chat_c4.sqlite")
+    page = api.report(SAMPLES / "spec_chat_c4_k4.sqlite", SAMPLES / "baseline_chat_c4.sqlite").html
     path = tmp_path_factory.mktemp("report") / "report.html"
     path.write_text(page, encoding="utf-8")
     return path

@@ -78,6 +78,8 @@ class TimelineLanes:
     gpu_busy_ns: int | None
     gpu_busy_by_phase_ns: dict[str, int] = field(default_factory=dict)
     not_available: dict[str, str] = field(default_factory=dict)
+    data_warnings: tuple[str, ...] = ()
+    """What the export's data-quality checks found (filled in by :func:`specnsys.timeline`)."""
 
     @property
     def window_ns(self) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from specnsys.cli.analyze import add_rules_argument, analyze_path, load_rules_arg
+from specnsys import api
+from specnsys.cli.common import add_rules_argument
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,17 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specnsys.errors import BadInputError
-    from specnsys.metrics import compare_many
     from specnsys.report.analyze_text import render_comparisons_text, render_json
 
-    if len(args.traces) < 2:
-        raise BadInputError("compare needs a baseline trace and at least one speculative trace")
-    rules = load_rules_arg(args.rules)
-    analyses = [analyze_path(t, rules=rules, use_cache=not args.no_cache) for t in args.traces]
-    docs = [c.to_dict() for c in compare_many(analyses)]
+    compared = api.compare(*args.traces, rules=args.rules, use_cache=not args.no_cache)
     if args.json:
-        print(render_json(docs[0] if len(docs) == 1 else {"runs": docs}))
+        print(render_json(compared.to_dict()))
     else:
-        print(render_comparisons_text(docs))
+        print(render_comparisons_text([c.to_dict() for c in compared.comparisons]))
+    api.warn(compared)
     return 0

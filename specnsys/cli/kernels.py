@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specnsys.attribution.kernel_summary import kernel_summary
-from specnsys.ingest import open_trace
+from specnsys import api
 from specnsys.report.projection_text import render_frame_json, render_kernels_text
 
 
@@ -18,10 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_trace(args.trace, use_cache=not args.no_cache) as trace:
-        summary = kernel_summary(trace)
+    table = api.kernels(args.trace, use_cache=not args.no_cache)
     if args.json:
-        print(render_frame_json(summary, trace=str(args.trace)))
+        print(render_frame_json(table.frame, trace=table.path))
     else:
-        print(render_kernels_text(summary, args.max_rows))
+        print(render_kernels_text(table.frame, args.max_rows))
+    api.warn(table)
     return 0

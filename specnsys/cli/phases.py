@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specnsys.attribution.rules import resolve_rules
-from specnsys.attribution.timeline import exclusive_phase_times
-from specnsys.errors import BadInputError
-from specnsys.ingest import open_trace
-from specnsys.ingest.quality import data_warnings_beside, warn_skipped
+from specnsys import api
 from specnsys.report.phases_text import render_phases_json, render_phases_text
 
 
@@ -27,23 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rules = resolve_rules(args.rules) if args.rules else None  # bad rules fail before ingest
-    with open_trace(args.trace, use_cache=not args.no_cache) as trace:
-        with data_warnings_beside(trace) as checked:
-            breakdown = exclusive_phase_times(trace, pid=args.pid, rules=rules)
-        caps = trace.summary.capabilities
-        notes = checked()  # what was skipped, said after success (exit 2 = 1 line)
-    if breakdown.window_ns <= 0:
-        who = f"process {args.pid} has" if args.pid is not None else "the trace has"
-        raise BadInputError(
-            f"{args.trace}: nothing to attribute ({who} no phase ranges or GPU work)"
-        )
-    not_available = {
-        key: caps[cap].reason
-        for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))
-        if not caps[cap].available
-    }
-    warn_skipped(notes, args.trace)
+    result = api.phases(
+        args.trace, rules=args.rules or None, pid=args.pid, use_cache=not args.no_cache
+    )
     render = render_phases_json if args.json else render_phases_text
-    print(render(breakdown, not_available))
+    print(render(result.breakdown, result.not_available))
+    api.warn(result)
     return 0

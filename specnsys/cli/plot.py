@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Sequence
-from pathlib import Path
 
-from specnsys.cli.analyze import add_rules_argument, load_rules_arg
+from specnsys import api
+from specnsys.cli.common import add_rules_argument, add_window_argument, check_output
 from specnsys.errors import UsageError
 
 KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline")
@@ -40,51 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def add_window_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--window", metavar="A:B", type=window_arg,
-                   help="timeline: draw the milliseconds A to B of the analysis window instead "
-                   "of a decode step (for traces without decode ranges)")  # fmt: skip
-
-
-#: The largest window edge in milliseconds: 2^60 ns, the bound on the times an export may hold.
-WINDOW_MAX_MS = (1 << 60) / 1e6
-
-
-def window_arg(text: str) -> tuple[float, float]:
-    """``A:B`` in milliseconds, 0 <= A < B <= 2^60 ns (beyond that no export has events, and
-    nanosecond arithmetic on such an edge overflows)."""
-    try:
-        a, b = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not A:B in milliseconds") from None
-    if not (0 <= a < b <= WINDOW_MAX_MS):  # also False for nan
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: need 0 <= A < B <= {WINDOW_MAX_MS:.0f} (milliseconds)"
-        )
-    return a, b
-
-
-def check_output(path: str, suffixes: tuple[str, ...], inputs: Sequence[str]) -> Path:
-    """Fail fast (before any trace is read) on an output path that cannot be written or that
-    is an input export (through a symlink or a hard link too) or inside the cache."""
-    from specnsys.ingest import cache
-    from specnsys.ingest.readonly_sql import check_output_path
-
-    out = Path(path)
-    if out.suffix.lower().lstrip(".") not in suffixes:
-        raise UsageError(f"{out}: the output must end in {' or '.join('.' + s for s in suffixes)}")
-    if not out.parent.is_dir():
-        raise UsageError(f"{out}: the folder {out.parent} does not exist")
-    if out.is_dir():
-        raise UsageError(f"{out} is a folder")
-    check_output_path(out, [*(Path(p) for p in inputs), cache.cache_root()])
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    from specnsys.report.build import plot_data
     from specnsys.report.output import write_files
-    from specnsys.report.plots import draw, figure_bytes
 
     out = check_output(args.output, FORMATS, args.traces)
     data_out = check_output(args.data, ("json",), args.traces) if args.data else None
@@ -94,13 +50,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--step and --window only apply to the timeline")
     if args.step is not None and args.window is not None:
         raise UsageError("give --step or --window, not both")
-    rules = load_rules_arg(args.rules)
-    data = plot_data(args.kind, args.traces, rules=rules, pid=args.pid, step=args.step,
+    fig = api.figure(args.kind, *args.traces, rules=args.rules, pid=args.pid, step=args.step,
                      window_ms=args.window, use_cache=not args.no_cache)  # fmt: skip
     # Everything is rendered before anything is written, and written all or none.
-    contents = {out: figure_bytes(draw(data), out, salt=args.kind)}
+    contents = {out: fig.image(out)}
     if data_out is not None:
-        contents[data_out] = (json.dumps(data, indent=2) + "\n").encode()
+        contents[data_out] = (json.dumps(fig.data, indent=2) + "\n").encode()
     write_files(contents)
-    print(f"{out}: {data['title']}")
+    print(f"{out}: {fig.title}")
+    api.warn(fig)
     return 0

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specnsys.attribution.projection import nvtx_gpu_projection, nvtx_gpu_projection_summary
-from specnsys.ingest import open_trace
+from specnsys import api
 from specnsys.report.projection_text import render_frame_json, render_ranges_text
 
 
@@ -23,14 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_trace(args.trace, use_cache=not args.no_cache) as trace:
-        projection = nvtx_gpu_projection(trace)
-    frame = projection if args.instances else nvtx_gpu_projection_summary(projection)
+    table = api.ranges(args.trace, instances=args.instances, use_cache=not args.no_cache)
     if args.json:
-        print(render_frame_json(frame, trace=str(args.trace), per="instance" if args.instances
-                                else "name"))  # fmt: skip
+        print(render_frame_json(table.frame, trace=table.path, per=table.per))
     elif args.instances:
-        print(frame.head(args.max_rows))
+        print(table.frame.head(args.max_rows))
     else:
-        print(render_ranges_text(frame, args.max_rows))
+        print(render_ranges_text(table.frame, args.max_rows))
+    api.warn(table)
     return 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from specnsys.cli.analyze import add_rules_argument, load_rules_arg
-from specnsys.cli.plot import add_window_argument, check_output
+from specnsys import api
+from specnsys.cli.common import add_rules_argument, add_window_argument, check_output
 from specnsys.errors import UsageError
 
 
@@ -26,18 +26,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specnsys.report.build import build_report
     from specnsys.report.output import write_files
 
     inputs = [args.trace] + ([args.baseline] if args.baseline else [])
     out = check_output(args.output, ("html", "htm"), inputs)
     if args.step is not None and args.window is not None:
         raise UsageError("give --step or --window, not both")
-    rules = load_rules_arg(args.rules)
-    page = build_report(args.trace, args.baseline, rules=rules, pid=args.pid, step=args.step,
-                        window_ms=args.window, use_cache=not args.no_cache)  # fmt: skip
+    result = api.report(args.trace, args.baseline, rules=args.rules, pid=args.pid,
+                        step=args.step, window_ms=args.window, use_cache=not args.no_cache)  # fmt: skip
+    page = result.html
     # The page is built whole in memory first: a failed analysis never touches the output,
     # and a failed write leaves an earlier report as it was.
     write_files({out: page.encode("utf-8")})
     print(f"{out}: {len(page) / 1024:.0f} KiB")
+    api.warn(result)
     return 0

@@ -79,6 +79,9 @@ class Analysis:
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     breakdown: PhaseBreakdown | None = field(default=None, compare=False, repr=False)
+    data_warnings: tuple[str, ...] = field(default=(), compare=False)
+    """What the export's data-quality checks found (``PATH: note``), filled in by
+    :func:`specnsys.analyze`; not part of :meth:`to_dict` (the CLI prints them on stderr)."""
 
     @property
     def window_ns(self) -> int:
@@ -366,8 +369,11 @@ def _analyze(
     )
 
 
-#: Fields of :class:`Analysis` kept in the trace cache (all but the breakdown, kept on its own).
-_STORED_FIELDS = tuple(f.name for f in fields(Analysis) if f.name != "breakdown")
+#: Fields of :class:`Analysis` kept in the trace cache (all but the breakdown, kept on its own,
+#: and the data warnings, kept by the checks).
+_STORED_FIELDS = tuple(
+    f.name for f in fields(Analysis) if f.name not in ("breakdown", "data_warnings")
+)
 
 
 def _count_tokens(tok: Any, lat: Any, na: dict[str, str], warnings: list[str]) -> int | None:

@@ -1,0 +1,469 @@
+"""The application layer: each command's pipeline, written once, for the CLI and for notebooks.
+
+Every function here runs ``open the trace -> data-quality checks (beside the work) -> analyze``
+and returns a typed result: a frozen dataclass with ``to_dict()`` (the command's ``--json``
+document) and, where the data is a table, a Polars frame. Each result carries the data
+warnings about the export(s) it read in ``data_warnings`` (one sentence per kind of malformed
+row the analysis skipped or clipped, prefixed by the path), so every command says the same
+thing about the same export; the CLI commands are thin calls into these functions.
+
+*rules* (a :class:`~specnsys.attribution.PhaseRules`, a built-in set's name such as ``"nvtx"``,
+or a TOML path) is resolved once per call, before any trace is read, so a bad rules file fails
+fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specnsys.errors import BadInputError, UsageError
+
+if TYPE_CHECKING:
+    import polars as pl
+    from matplotlib.figure import Figure as MplFigure
+
+    from specnsys.attribution import PhaseBreakdown, PhaseRules
+    from specnsys.attribution.lanes import TimelineLanes
+    from specnsys.ingest import Trace
+    from specnsys.metrics import Analysis, Comparison
+    from specnsys.report.build import Run
+
+#: What ``import specnsys`` exposes from here (besides the result classes below).
+PUBLIC_FUNCTIONS = (
+    "analyze",
+    "compare",
+    "figure",
+    "kernels",
+    "open",
+    "phases",
+    "ranges",
+    "report",
+    "resolve_rules",
+    "timeline",
+    "whatif",
+)
+
+__all__ = ["Compared", "Figure", "Phases", "Report", "Table", "WhatIf", "warn", *PUBLIC_FUNCTIONS]
+
+
+def open(path: str | Path, *, use_cache: bool = True) -> Trace:  # noqa: A001 - specnsys.open
+    """The trace model of the export at *path* (``trace.sql(...)``, ``trace.table(name)``);
+    close it, or use it in a ``with`` block."""
+    from specnsys.ingest import open_trace
+
+    return open_trace(path, use_cache=use_cache)
+
+
+def resolve_rules(spec: PhaseRules | str | Path | None) -> PhaseRules | None:
+    """*spec* resolved to :class:`PhaseRules` (None stays None: the specnsys convention, and
+    an analysis that refuses a trace without specnsys phases)."""
+    if spec is None:
+        return None
+    from specnsys.attribution import resolve_rules as resolve
+
+    return resolve(spec)
+
+
+def warn(result: Any) -> None:
+    """Issue each of *result*'s data warnings as a :class:`SpecnsysWarning` (what the CLI
+    prints as ``specnsys: warning: PATH: note`` after the result)."""
+    from specnsys.ingest.cache import SpecnsysWarning
+
+    for text in result.data_warnings:
+        warnings.warn(text, SpecnsysWarning, stacklevel=2)
+
+
+@contextlib.contextmanager
+def _checked(path: str | Path, use_cache: bool) -> Iterator[tuple[Trace, list[str]]]:
+    """Open *path* and run the data-quality checks beside the caller's block; the list it
+    yields holds the notes (``PATH: note``) once the block has ended without an error."""
+    from specnsys.ingest import open_trace
+    from specnsys.ingest.quality import data_warnings_beside
+
+    notes: list[str] = []
+    with open_trace(path, use_cache=use_cache) as trace, data_warnings_beside(trace) as found:
+        yield trace, notes
+    notes.extend(f"{path}: {note}" for note in found())
+
+
+def _analyze_open(trace: Trace, rules: PhaseRules | None, pid: int | None) -> Analysis:
+    from specnsys.metrics import analyze_trace
+
+    return analyze_trace(trace, rules=rules, pid=pid)
+
+
+def analyze(
+    path: str | Path,
+    *,
+    rules: PhaseRules | str | Path | None = None,
+    pid: int | None = None,
+    use_cache: bool = True,
+) -> Analysis:
+    """Every metric of one trace (``specnsys analyze``): an
+    :class:`~specnsys.metrics.Analysis` whose ``to_dict()`` is the ``analyze --json`` object;
+    *pid* picks the process (default: the one with the most phase ranges)."""
+    return _analyze_resolved(path, resolve_rules(rules), pid, use_cache)
+
+
+def _analyze_resolved(
+    path: str | Path, rules: PhaseRules | None, pid: int | None, use_cache: bool
+) -> Analysis:
+    with _checked(path, use_cache) as (trace, notes):
+        analysis = _analyze_open(trace, rules, pid)
+    return replace(analysis, data_warnings=tuple(notes))
+
+
+def _warnings_of(results: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(text for r in results for text in r.data_warnings)
+
+
+@dataclass(frozen=True)
+class Compared:
+    """Speculative runs against the nearest baseline before each (``specnsys compare``)."""
+
+    analyses: tuple[Analysis, ...]
+    comparisons: tuple[Comparison, ...]
+
+    @property
+    def data_warnings(self) -> tuple[str, ...]:
+        return _warnings_of(self.analyses)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``compare --json`` document: one comparison, or ``{"runs": [...]}``."""
+        docs = [c.to_dict() for c in self.comparisons]
+        return docs[0] if len(docs) == 1 else {"runs": docs}
+
+
+def compare(
+    *paths: str | Path,
+    rules: PhaseRules | str | Path | None = None,
+    use_cache: bool = True,
+) -> Compared:
+    """Compare each speculative trace of *paths* with the nearest baseline before it:
+    ``compare(base, spec)``, a k sweep ``compare(base, k2, k4, k6)``, or a sweep whose levels
+    need their own baselines ``compare(b1, s1, b4, s4)``."""
+    from specnsys.metrics import compare_many
+
+    if len(paths) < 2:
+        raise BadInputError("compare needs a baseline trace and at least one speculative trace")
+    mapping = resolve_rules(rules)
+    analyses = tuple(_analyze_resolved(p, mapping, None, use_cache) for p in paths)
+    return Compared(analyses, tuple(compare_many(list(analyses))))
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The exclusive phase breakdown of one trace (``specnsys phases``)."""
+
+    path: str
+    breakdown: PhaseBreakdown
+    not_available: dict[str, str]
+    data_warnings: tuple[str, ...] = ()
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """One row per phase: ``wall_ns`` (summing to the window), ``share``, GPU and CPU parts."""
+        return self.breakdown.frame
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``phases --json`` document."""
+        from specnsys.report.phases_text import phases_dict
+
+        return phases_dict(self.breakdown, self.not_available)
+
+
+def phases(
+    path: str | Path,
+    *,
+    rules: PhaseRules | str | Path | None = None,
+    pid: int | None = None,
+    use_cache: bool = True,
+) -> Phases:
+    """Exclusive wall time per phase of one trace, summing to its window exactly; works on any
+    annotated trace (or any trace under ``rules="nvtx"``), baseline or speculative or neither."""
+    from specnsys.attribution.timeline import exclusive_phase_times
+
+    mapping = resolve_rules(rules)
+    with _checked(path, use_cache) as (trace, notes):
+        breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping)
+        caps = trace.summary.capabilities
+    if breakdown.window_ns <= 0:
+        who = f"process {pid} has" if pid is not None else "the trace has"
+        raise BadInputError(f"{path}: nothing to attribute ({who} no phase ranges or GPU work)")
+    not_available = {
+        key: caps[cap].reason
+        for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))
+        if not caps[cap].available
+    }
+    return Phases(str(path), breakdown, not_available, tuple(notes))
+
+
+@dataclass(frozen=True)
+class Table:
+    """A per-name (or per-instance) table of one trace (``specnsys kernels`` / ``ranges``)."""
+
+    path: str
+    frame: pl.DataFrame
+    per: str | None = None
+    """``"name"`` or ``"instance"`` for ranges; None for kernels."""
+    data_warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: ``trace``, ``per`` (ranges), ``rows``."""
+        header: dict[str, Any] = {"trace": self.path}
+        if self.per is not None:
+            header["per"] = self.per
+        return {**header, "rows": self.frame.to_dicts()}
+
+
+def kernels(path: str | Path, *, use_cache: bool = True) -> Table:
+    """Time per CUDA kernel (name, grid, block), as ``nsys stats -r gpukernsum``."""
+    from specnsys.attribution.kernel_summary import kernel_summary
+
+    with _checked(path, use_cache) as (trace, notes):
+        summary = kernel_summary(trace)
+    return Table(str(path), summary, None, tuple(notes))
+
+
+def ranges(path: str | Path, *, instances: bool = False, use_cache: bool = True) -> Table:
+    """Every NVTX range's GPU work, as ``nsys stats -r nvtxgpuproj``: one row per range name,
+    or per range instance with *instances*."""
+    from specnsys.attribution.projection import nvtx_gpu_projection, nvtx_gpu_projection_summary
+
+    with _checked(path, use_cache) as (trace, notes):
+        projection = nvtx_gpu_projection(trace)
+    frame = projection if instances else nvtx_gpu_projection_summary(projection)
+    return Table(str(path), frame, "instance" if instances else "name", tuple(notes))
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Leviathan's expected speedup, the best k and the Amdahl-limited result (``whatif``)."""
+
+    result: dict[str, Any]
+    sources: dict[str, str]
+    """Input -> where its value came from (``measured in PATH``, ``given``)."""
+    data_warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.result
+
+
+def whatif(
+    *paths: str | Path,
+    alpha: float | None = None,
+    k: int | None = None,
+    c: float | None = None,
+    p: float | None = None,
+    k_max: int | None = None,
+    rules: PhaseRules | str | Path | None = None,
+    use_cache: bool = True,
+) -> WhatIf:
+    """The what-if at the values measured in up to one baseline (p) and one speculative trace
+    (alpha, k, c); the keyword arguments override or supply them."""
+    from specnsys.metrics import compare_runs
+    from specnsys.metrics import whatif as leviathan
+    from specnsys.metrics.amdahl import DEFAULT_K_MAX
+
+    if len(paths) > 2:
+        raise UsageError("whatif takes at most two traces (a baseline and a speculative run)")
+    mapping = resolve_rules(rules)
+    analyses = [_analyze_resolved(t, mapping, None, use_cache) for t in paths]
+    by_mode: dict[str, Analysis] = {}
+    for a in analyses:
+        if a.mode in by_mode:
+            raise UsageError(f"whatif takes one trace per mode; got two {a.mode} traces")
+        by_mode[a.mode] = a
+    measured: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    base, spec = by_mode.get("baseline"), by_mode.get("spec")
+    if base is not None and base.p is not None:
+        measured["p"], sources["p"] = base.p, f"measured in {base.path}"
+    if spec is not None:
+        if spec.acceptance is not None:
+            measured["alpha"] = spec.acceptance["alpha"]
+            measured["k"] = spec.k
+            sources["alpha"] = sources["k"] = f"measured in {spec.path}"
+        ratio, ratio_from = spec.draft_cost_ratio, "draft forward / verify"
+        if base is not None:
+            pair = compare_runs(base, spec)
+            if pair.draft_cost_ratio is not None:
+                ratio, ratio_from = pair.draft_cost_ratio, "draft forward / baseline forward"
+        if ratio is not None:
+            measured["c"], sources["c"] = ratio, f"measured: {ratio_from}"
+    for key, value in (("alpha", alpha), ("k", k), ("c", c), ("p", p)):
+        if value is not None:
+            measured[key], sources[key] = value, "given"
+    missing = [key for key in ("alpha", "c") if key not in measured]
+    if missing:
+        raise UsageError(
+            f"whatif needs {' and '.join(missing)}: pass --{' and --'.join(missing)} or a "
+            "speculative trace that measures them"
+        )
+    result = leviathan(
+        measured["alpha"], measured.get("k"), measured["c"], measured.get("p"),
+        k_max=k_max if k_max is not None else DEFAULT_K_MAX,
+    )  # fmt: skip
+    result["sources"] = sources
+    return WhatIf(result, sources, _warnings_of(analyses))
+
+
+def timeline(
+    path: str | Path,
+    *,
+    step: int | None = None,
+    window_ms: tuple[float, float] | None = None,
+    rules: PhaseRules | str | Path | None = None,
+    pid: int | None = None,
+    use_cache: bool = True,
+) -> TimelineLanes:
+    """One decode step (default: the median-length one) or the milliseconds *window_ms* of the
+    analysis window as CPU / CUDA API / GPU lanes: what the timeline figure draws."""
+    from specnsys.attribution.lanes import timeline_lanes
+
+    mapping = resolve_rules(rules)
+    with _checked(path, use_cache) as (trace, notes):
+        lanes = timeline_lanes(trace, step=step, window_ms=window_ms, pid=pid, rules=mapping)
+    return replace(lanes, data_warnings=tuple(notes))
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure's data (titles, bar lengths, points) and the drawing of it (``plot``)."""
+
+    kind: str
+    data: dict[str, Any]
+    data_warnings: tuple[str, ...] = ()
+
+    @property
+    def title(self) -> str:
+        return str(self.data["title"])
+
+    def draw(self) -> MplFigure:
+        """The figure as a matplotlib Figure (shown inline by a notebook)."""
+        from specnsys.report.plots import draw
+
+        return draw(self.data)
+
+    def image(self, path: str | Path) -> bytes:
+        """The figure as the PNG or SVG bytes that *path*'s suffix asks for (not written)."""
+        from specnsys.report.plots import figure_bytes
+
+        return figure_bytes(self.draw(), path, salt=self.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+def _runs(
+    paths: Sequence[str | Path],
+    rules: PhaseRules | None,
+    pid: int | None,
+    use_cache: bool,
+    advance: Any,
+) -> list[Run]:
+    from specnsys.report.build import Run, run_label
+
+    runs = []
+    for path in paths:
+        advance(f"analyze {Path(path).name}")
+        analysis = _analyze_resolved(path, rules, pid, use_cache)
+        runs.append(Run(run_label(path), Path(path), analysis))
+    return runs
+
+
+def figure(
+    kind: str,
+    *paths: str | Path,
+    rules: PhaseRules | str | Path | None = None,
+    pid: int | None = None,
+    step: int | None = None,
+    window_ms: tuple[float, float] | None = None,
+    use_cache: bool = True,
+) -> Figure:
+    """The figure *kind* of the traces *paths* (what ``specnsys plot`` draws).
+
+    * phases: one bar per trace; * amdahl: the first baseline's p, with the operating point
+      of the first baseline/spec pair when there is one; * acceptance: the first speculative
+      trace; * sweep: each speculative trace against the nearest baseline before it (two
+      traces may come in either order); * timeline: one trace, decode step *step* (or the
+      milliseconds *window_ms* of its analysis window).
+    """
+    from specnsys.report import plots
+    from specnsys.report.build import figure_data
+    from specnsys.report.progress import progress
+
+    if kind not in plots.KINDS:
+        raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.KINDS)})")
+    if not paths:
+        raise UsageError(f"{kind} needs at least one trace")
+    mapping = resolve_rules(rules)
+    if kind == "timeline":
+        if len(paths) != 1:
+            raise UsageError("timeline draws one trace; give exactly one")
+        # Lanes need phase ranges only, not a baseline/speculative run: any annotated trace
+        # (or any trace under --rules nvtx) can be drawn.
+        with progress(1, "timeline") as advance:
+            advance(f"lanes of {Path(paths[0]).name}")
+            lanes = timeline(paths[0], step=step, window_ms=window_ms, rules=mapping, pid=pid,
+                             use_cache=use_cache)  # fmt: skip
+        return Figure(kind, plots.timeline_data(lanes.to_dict()), lanes.data_warnings)
+    with progress(len(paths), kind) as advance:
+        runs = _runs(paths, mapping, pid, use_cache, advance)
+    data = figure_data(kind, runs)
+    return Figure(kind, data, _warnings_of([r.analysis for r in runs]))
+
+
+@dataclass(frozen=True)
+class Report:
+    """The self-contained HTML report (``specnsys report``)."""
+
+    html: str
+    data_warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"html": self.html, "data_warnings": list(self.data_warnings)}
+
+
+def report(
+    path: str | Path,
+    baseline: str | Path | None = None,
+    *,
+    rules: PhaseRules | str | Path | None = None,
+    pid: int | None = None,
+    step: int | None = None,
+    window_ms: tuple[float, float] | None = None,
+    use_cache: bool = True,
+) -> Report:
+    """The HTML report of the trace at *path* (compared with *baseline* when given): the
+    answer, the figures, what to cut first and the tables."""
+    from specnsys.attribution.lanes import timeline_lanes
+    from specnsys.report.build import Run, pair_runs, render_report, run_label
+    from specnsys.report.progress import progress
+
+    mapping = resolve_rules(rules)
+    with progress(4 + (baseline is not None), "report") as advance:
+        advance(f"analyze {Path(path).name}")
+        with _checked(path, use_cache) as (trace, notes):
+            analysis = _analyze_open(trace, mapping, pid)
+            lanes = timeline_lanes(trace, step=step, window_ms=window_ms, pid=pid, rules=mapping)
+        primary = Run(run_label(path), Path(path), replace(analysis, data_warnings=tuple(notes)))
+        runs = [primary]
+        comparison = None
+        if baseline is not None:
+            runs = [*_runs([baseline], mapping, pid, use_cache, advance), primary]
+            notes += runs[0].analysis.data_warnings
+            if {r.analysis.mode for r in runs} != {"baseline", "spec"}:
+                modes = ", ".join(f"{r.label}: {r.analysis.mode}" for r in runs)
+                raise BadInputError(
+                    f"report TRACE BASELINE needs one speculative and one baseline trace ({modes})"
+                )
+            base_run, spec_run, comparison = pair_runs(runs)[0]
+            runs = [base_run, spec_run]
+        page = render_report(runs, comparison, lanes.to_dict(), advance)
+    return Report(page, tuple(notes))

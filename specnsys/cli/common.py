@@ -1,0 +1,62 @@
+"""What several commands share: the ``--rules`` and ``--window`` arguments, the output checks.
+
+Commands import this module and :mod:`specnsys.api`, never each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from specnsys.errors import UsageError
+
+
+def add_rules_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rules",
+        metavar="FILE",
+        help="TOML name-mapping rules for engines with their own NVTX names "
+        "(or a built-in set: specnsys, nvtx)",
+    )
+
+
+def add_window_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--window", metavar="A:B", type=window_arg,
+                   help="timeline: draw the milliseconds A to B of the analysis window instead "
+                   "of a decode step (for traces without decode ranges)")  # fmt: skip
+
+
+#: The largest window edge in milliseconds: 2^60 ns, the bound on the times an export may hold.
+WINDOW_MAX_MS = (1 << 60) / 1e6
+
+
+def window_arg(text: str) -> tuple[float, float]:
+    """``A:B`` in milliseconds, 0 <= A < B <= 2^60 ns (beyond that no export has events, and
+    nanosecond arithmetic on such an edge overflows)."""
+    try:
+        a, b = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not A:B in milliseconds") from None
+    if not (0 <= a < b <= WINDOW_MAX_MS):  # also False for nan
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: need 0 <= A < B <= {WINDOW_MAX_MS:.0f} (milliseconds)"
+        )
+    return a, b
+
+
+def check_output(path: str, suffixes: tuple[str, ...], inputs: Sequence[str]) -> Path:
+    """Fail fast (before any trace is read) on an output path that cannot be written or that
+    is an input export (through a symlink or a hard link too) or inside the cache."""
+    from specnsys.ingest import cache
+    from specnsys.ingest.readonly_sql import check_output_path
+
+    out = Path(path)
+    if out.suffix.lower().lstrip(".") not in suffixes:
+        raise UsageError(f"{out}: the output must end in {' or '.join('.' + s for s in suffixes)}")
+    if not out.parent.is_dir():
+        raise UsageError(f"{out}: the folder {out.parent} does not exist")
+    if out.is_dir():
+        raise UsageError(f"{out} is a folder")
+    check_output_path(out, [*(Path(p) for p in inputs), cache.cache_root()])
+    return out

@@ -1,0 +1,63 @@
+"""The application layer (:mod:`specnsys.api`): one pipeline, the same data warnings from every
+command, and a public API that ``help(specnsys)`` shows without loading the analysis stack."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specnsys import api
+from tests.cli_driver import run_one
+from tests.test_quality import _messy_loop
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_help_lists_the_public_functions_and_import_stays_light() -> None:
+    code = (
+        "import sys, specnsys\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('duckdb', 'polars'))\n"
+        "print('heavy:', heavy)\n"
+        "help(specnsys)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert "heavy: []" in done.stdout
+    for name in ("analyze", "compare", "phases", "report", "figure", "open", "whatif"):
+        assert f"    {name}(" in done.stdout, name
+
+
+@pytest.fixture(scope="module")
+def messy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _messy_loop(tmp_path_factory.mktemp("messy") / "messy.sqlite")
+
+
+def test_the_result_carries_the_data_warnings_of_its_export(messy: Path) -> None:
+    notes = api.phases(messy, use_cache=False).data_warnings
+    assert len(notes) == 3 and all(n.startswith(f"{messy}: ") for n in notes)
+    assert api.kernels(messy, use_cache=False).data_warnings == notes
+    assert api.ranges(messy, use_cache=False).data_warnings == notes
+
+
+def test_every_trace_command_prints_the_same_data_warnings(messy: Path, tmp_path: Path) -> None:
+    t = str(messy)
+    lines = [
+        ["analyze", t], ["phases", t], ["kernels", t], ["ranges", t],
+        ["plot", "timeline", t, "-o", str(tmp_path / "t.svg")],
+        ["report", t, "-o", str(tmp_path / "r.html")],
+    ]  # fmt: skip
+    seen = {}
+    for argv in lines:
+        done = run_one(["--no-cache", *argv])
+        assert done["status"] == 0, done
+        seen[argv[0] if argv[0] != "plot" else "plot"] = [
+            line for line in str(done["stderr"]).splitlines() if line.startswith("specnsys: warn")
+        ]
+    assert len(seen["analyze"]) == 3
+    assert all(found == seen["analyze"] for found in seen.values()), seen
