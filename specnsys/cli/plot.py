@@ -84,7 +84,7 @@ def check_output(path: str, suffixes: tuple[str, ...], inputs: Sequence[str]) ->
 def run(args: argparse.Namespace) -> int:
     from specnsys.report.build import plot_data
     from specnsys.report.output import write_files
-    from specnsys.report.plots import draw, figure_bytes
+    from specnsys.report.plots import draw, figure_bytes, require_drawable
 
     out = check_output(args.output, FORMATS, args.traces)
     data_out = check_output(args.data, ("json",), args.traces) if args.data else None
@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     rules = load_rules_arg(args.rules)
     data = plot_data(args.kind, args.traces, rules=rules, pid=args.pid, step=args.step,
                      window_ms=args.window, use_cache=not args.no_cache)  # fmt: skip
+    require_drawable(data)
     # Everything is rendered before anything is written, and written all or none.
     contents = {out: figure_bytes(draw(data), out, salt=args.kind)}
     if data_out is not None:
