@@ -211,7 +211,7 @@ def test_amdahl_data() -> None:
     assert [c["phase"] for c in cuts] == ["prefill", "sample"]
     prefill = cuts[0]
     assert prefill["p"] == pytest.approx(55 / 85)
-    # Speedup over today's run with prefill gone: 1 / (1 - 0.15) at r = 1, and its ceiling
+    # Speedup over the baseline with prefill gone: 1 / (1 - 0.15) at r = 1, and its ceiling
     # W / (W - x - A) = 100 / 30.
     assert prefill["speedup"][0] == pytest.approx(1 / 0.85)
     assert prefill["ceiling"] == pytest.approx(100 / 30)
