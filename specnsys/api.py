@@ -412,10 +412,13 @@ def figure(
             advance(f"lanes of {Path(paths[0]).name}")
             lanes = timeline(paths[0], step=step, window_ms=window_ms, rules=mapping, pid=pid,
                              use_cache=use_cache)  # fmt: skip
-        return Figure(kind, plots.timeline_data(lanes.to_dict()), lanes.data_warnings)
+        data = plots.timeline_data(lanes.to_dict())
+        plots.require_drawable(data)
+        return Figure(kind, data, lanes.data_warnings)
     with progress(len(paths), kind) as advance:
         runs = _runs(paths, mapping, pid, use_cache, advance)
     data = figure_data(kind, runs)
+    plots.require_drawable(data)  # a figure that cannot be drawn is an error, not a blank image
     return Figure(kind, data, _warnings_of([r.analysis for r in runs]))
 
 

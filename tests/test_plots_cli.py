@@ -53,11 +53,13 @@ def test_sweep_over_k_reads_k_from_the_traces(tmp_path: Path) -> None:
     assert len(data["measured"]) == len(data["predicted"]) == 3
 
 
-def test_acceptance_of_a_baseline_is_a_not_available_figure(tmp_path: Path) -> None:
+def test_acceptance_of_a_baseline_is_refused_not_drawn_blank(tmp_path: Path) -> None:
+    # Issue 23: it used to exit 0 with a blank "not available" image (tests/test_plot_drawability.py
+    # has every kind).
     data_out = tmp_path / "a.json"
     assert main(["plot", "acceptance", BASE, "-o", str(tmp_path / "a.png"), "--data",
-                 str(data_out)]) == 0  # fmt: skip
-    assert json.loads(data_out.read_text())["not_available"]
+                 str(data_out)]) == 2  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_timeline_step_or_window_picks_what_to_draw(tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ data from the trace (DuckDB SQL over the model tables); the renderer in
 
 Window: by default the decode step of median duration on the driver thread (a typical step,
 not the first one, which pays warm-up), extended to the end of the last GPU op launched inside
-it, so work that outlives the step on the host is shown whole. ``step`` picks another decode
-step; ``start_ns``/``end_ns`` pick any window on the session clock. All times in the result
-are nanoseconds relative to the window start.
+it, so work that outlives the step on the host is shown whole. Decode steps are what
+``analyze`` counts as ``steps`` (:func:`~specnsys.attribution.timeline.step_phase`): ``decode``
+ranges, else the ``verify`` ranges of a speculative run or the ``forward`` ranges of a
+baseline. ``step`` picks another decode step; ``start_ns``/``end_ns`` pick any window on the
+session clock. All times in the result are nanoseconds relative to the window start.
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ from specnsys.attribution.launch import (
     rules_for,
 )
 from specnsys.attribution.phase_map import create_phase_index, drop_phase_index, phase_ranges_sql
-from specnsys.attribution.timeline import PhaseBreakdown, exclusive_phase_times
+from specnsys.attribution.timeline import (
+    STEP_PHASE,
+    PhaseBreakdown,
+    exclusive_phase_times,
+    step_phase,
+)
 from specnsys.errors import BadInputError, UsageError
 
 if TYPE_CHECKING:
@@ -39,9 +46,6 @@ if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = ["STEP_PHASE", "TimelineLanes", "timeline_lanes"]
-
-STEP_PHASE = "decode"
-"""The phase whose ranges are the steps a timeline window is chosen from."""
 
 _OPEN_END = 9_223_372_036_854_775_807  # an unclosed range stays open (to +infinity)
 
@@ -118,20 +122,21 @@ def _choose_window(
     we: int,
     step: int | None,
     ops_of: Callable[..., pl.DataFrame],
+    phase: str = STEP_PHASE,
 ) -> tuple[int, int, str, int]:
     """(start, end, label, number of steps) of the step window; see the module docs."""
     steps = _rows(
         trace,
         f"""SELECT s, coalesce(e, $we) FROM ({phase_ranges_sql(rules)})
-            WHERE gtid = $gtid AND phase = '{STEP_PHASE}' AND s >= $ws AND s < $we
+            WHERE gtid = $gtid AND phase = $phase AND s >= $ws AND s < $we
             ORDER BY s""",
-        {"gtid": gtid, "ws": ws, "we": we},
+        {"gtid": gtid, "ws": ws, "we": we, "phase": phase},
     )
     n = len(steps)
     if n == 0:
         if step is not None:
-            raise UsageError(f"--step {step}: the trace has no '{STEP_PHASE}' ranges")
-        return ws, we, f"whole window (no '{STEP_PHASE}' steps)", 0
+            raise UsageError(f"--step {step}: the trace has no decode steps (no '{phase}' ranges)")
+        return ws, we, f"whole window (no decode steps: no '{phase}' ranges)", 0
     if step is None:
         by_length = sorted(range(n), key=lambda i: (steps[i][1] - steps[i][0], i))
         index, how = by_length[(n - 1) // 2], "median duration"
@@ -142,6 +147,8 @@ def _choose_window(
     s, e = int(steps[index][0]), int(steps[index][1])
     launched = ops_of(launched_between=(s, e))
     tail = int(launched["end"].max()) if launched.height else e  # type: ignore[arg-type]
+    if phase != STEP_PHASE:  # as analyze counts steps without decode ranges
+        how += f"; steps are the '{phase}' ranges, there are no '{STEP_PHASE}' ranges"
     label = f"decode step {index + 1} of {n} ({how})"
     if tail > e:
         label += ", with the GPU work it launched"
@@ -214,9 +221,10 @@ def _lanes(
             raise UsageError(f"empty timeline window: {ws} to {we} ns")
         label, n_steps = f"{(we - ws) / 1e6:.3f} ms window", 0
     else:
+        walls = dict(zip(breakdown.frame["phase"], breakdown.frame["wall_ns"], strict=True))
         ws, we, label, n_steps = _choose_window(
             trace, mapping, gtid, breakdown.window_start_ns, breakdown.window_end_ns, step,
-            ops_of,
+            ops_of, step_phase(breakdown.range_counts, walls),
         )  # fmt: skip
     con = trace.connection
     caps = trace.summary.capabilities

@@ -25,7 +25,7 @@ So ``sum(wall_ns) == window_ns`` exactly and every share lies in ``[0, 1]``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -56,7 +56,22 @@ from specnsys.attribution.rules import REQUEST, PhaseRules
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
-__all__ = ["PhaseBreakdown", "exclusive_phase_times"]
+__all__ = ["STEP_PHASE", "PhaseBreakdown", "exclusive_phase_times", "step_phase"]
+
+STEP_PHASE = "decode"
+"""The phase whose ranges are a run's decode steps when it has any (see :func:`step_phase`)."""
+
+
+def step_phase(counts: Mapping[str, int], walls: Mapping[str, int]) -> str:
+    """The phase whose ranges are a run's decode steps, from its range counts and wall times
+    per phase: ``decode`` when it has decode ranges, else ``verify`` in a speculative run
+    (draft or verify present) and ``forward`` in a baseline. The one definition both
+    ``analyze``'s step count and the timeline's step choice use."""
+    if counts.get(STEP_PHASE, 0):
+        return STEP_PHASE
+    spec = any(counts.get(p, 0) > 0 or walls.get(p, 0) > 0 for p in ("draft", "verify"))
+    return "verify" if spec else "forward"
+
 
 _I64 = pl.Int64
 

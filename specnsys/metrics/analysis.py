@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from specnsys import __version__
 from specnsys.attribution import UNANNOTATED, exclusive_phase_times
-from specnsys.attribution.timeline import TIMELINE_VERSION, PhaseBreakdown
+from specnsys.attribution.timeline import TIMELINE_VERSION, PhaseBreakdown, step_phase
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
 from specnsys.metrics.acceptance import acceptance_stats
@@ -261,9 +261,7 @@ def _analyze(
     lat = request_latencies(trace, scope)
     requests = lat.height
     tokens = _count_tokens(marks(trace, scope, ("tokens",)), lat, na, warnings)
-    steps = counts.get("decode", 0) or (
-        counts.get("verify", 0) if mode == "spec" else counts.get("forward", 0)
-    )
+    steps = counts.get(step_phase(counts, {k: v["wall_ns"] for k, v in phases.items()}), 0)
     per_token = window / tokens if tokens else None
     if tokens == 0:
         na["per_token_ns"] = "the tokens marks sum to 0"

@@ -129,9 +129,10 @@ CAPTIONS = {
     "phases": "Exclusive wall time per phase: every instant of a run's window belongs to exactly "
     "one phase, so a bar's segments add up to the run's time (per output token when the runs "
     "counted their tokens).",
-    "amdahl": "Amdahl's law for the measured bottleneck share p: the end-to-end speedup as the "
-    "accelerable part gets r times faster, its ceiling 1 / (1 - p), the measured and predicted "
-    "operating points, and the speedup if one non-accelerable phase went to zero as well.",
+    "amdahl": "Amdahl's law for the baseline's bottleneck share p: the end-to-end speedup over "
+    "the baseline as the accelerable part gets r times faster, its ceiling 1 / (1 - p), the "
+    "measured and predicted operating points, and the speedup if one non-accelerable phase went "
+    "to zero as well; every speedup on the chart is over the baseline run.",
     "acceptance": "Draft tokens accepted by position and per step, against the i.i.d. model "
     "with the estimated alpha: where the bars leave the model, acceptance is not i.i.d.",
     "sweep": "Predicted (Amdahl, from the baseline's p and each run's r) against measured "

@@ -1,5 +1,10 @@
 """The five figures of a report, as ``*_data`` (what to draw) + ``*_figure`` (drawing).
 
+A figure that cannot be drawn (a baseline's acceptance, the Amdahl chart without a baseline,
+a sweep without a comparison, ...) has its reason in ``not_available``: the report draws it as
+a "not available" panel, :func:`require_drawable` turns it into the :class:`UsageError` that
+``specnsys plot`` exits 2 with, before any file is written.
+
 Every ``*_data`` function takes the plain dicts of ``analyze --json`` / ``compare --json``
 (or, for the timeline, :meth:`TimelineLanes.to_dict`) and returns a JSON-able dict: titles,
 labels, bar lengths, curve points. Tests snapshot that data, not pixels. Every ``*_figure``
@@ -24,6 +29,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from specnsys.errors import UsageError
 from specnsys.report.plots.acceptance import acceptance_data, acceptance_figure
 from specnsys.report.plots.amdahl import amdahl_data, amdahl_figure
 from specnsys.report.plots.common import FORMATS, figure_bytes, save_figure, svg_text
@@ -43,6 +49,7 @@ __all__ = [
     "figure_bytes",
     "phases_data",
     "phases_figure",
+    "require_drawable",
     "save_figure",
     "svg_text",
     "sweep_data",
@@ -66,3 +73,11 @@ DRAW: dict[str, Callable[[Mapping[str, Any]], Figure]] = {
 def draw(data: Mapping[str, Any]) -> Figure:
     """Draw any figure data dict (its ``kind`` picks the drawing function)."""
     return DRAW[data["kind"]](data)
+
+
+def require_drawable(data: Mapping[str, Any]) -> None:
+    """Raise :class:`UsageError` (exit 2, one line) when *data* is a figure that cannot be
+    drawn, so a plot command refuses with the reason instead of writing a blank image."""
+    reason = data.get("not_available")
+    if reason:
+        raise UsageError(f"cannot draw the {data['kind']} figure: {reason}")

@@ -16,7 +16,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from specnsys.report.palette import phase_color
-from specnsys.report.plots.common import new_figure, not_available_panel, style
+from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
 
 __all__ = ["acceptance_data", "acceptance_figure"]
 
@@ -98,7 +98,7 @@ def acceptance_figure(data: Mapping[str, Any]) -> Figure:
     """Draw figure 3 from :func:`acceptance_data`."""
     with style("acceptance"):
         fig = new_figure(10, 4.8)
-        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        suptitle(fig, data["title"])
         if data.get("not_available"):
             not_available_panel(fig.add_subplot(), "acceptance", data["not_available"])
             return fig

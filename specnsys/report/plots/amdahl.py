@@ -6,6 +6,11 @@ is given, and the curves of the non-accelerable phases worth cutting first: ``p`
 ``A / (W - x)`` if a phase of exclusive time ``x`` went to zero
 (:mod:`specnsys.metrics.whatcut` ranks them). Every label sits in the legend, so no text can
 collide with a curve or another label.
+
+One reference frame: every speedup on the chart (curves, ceilings, the measured and predicted
+points) is over the baseline run whose ``p`` is drawn, so ``1x`` is that run as measured. A
+speculative run alone has no ``p`` (analyze marks it not available: ``p`` is the accelerable
+share of a baseline run), so its chart is not available rather than drawn in another frame.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from specnsys.metrics.amdahl import amdahl_speedup
 from specnsys.metrics.whatcut import what_to_cut
 from specnsys.report.palette import phase_color
-from specnsys.report.plots.common import new_figure, not_available_panel, style
+from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
 from specnsys.report.plots.phases import accelerable_label, headline
 
 __all__ = ["amdahl_data", "amdahl_figure"]
 
 _CATCH_ALL = {"unannotated", "unattributed_gpu"}  # nothing a user can cut by name
+_NO_BASELINE = "p is the accelerable share of a baseline run: give a baseline trace"
+_FRAME = "over the baseline"  # the one reference frame of every speedup on the chart
 _POINTS = 60
 
 
@@ -50,6 +57,9 @@ def amdahl_data(
     p, _, sentence = headline(analysis)
     if comparison is not None and comparison.get("p") is not None:
         p = float(comparison["p"])
+    elif analysis.get("mode") == "spec":
+        why = (analysis.get("not_available") or {}).get("p") or _NO_BASELINE
+        return {"kind": "amdahl", "title": "Amdahl chart: not available", "not_available": why}
     if p is None:
         return {"kind": "amdahl", "title": sentence, "not_available": cut.not_available}
     r = comparison.get("r") if comparison else None
@@ -61,7 +71,7 @@ def amdahl_data(
     grid = _grid(lo, hi)
 
     def curve(label: str, share: float, cut_share: float, phase: str | None) -> dict[str, Any]:
-        # Speedup over today's run when a phase of window share cut_share is gone and the
+        # Speedup over the baseline when a phase of window share cut_share is gone and the
         # accelerable part gets r times faster: 1 / ((1 - p - s) + p / r), which is Amdahl's
         # law for p' = p / (1 - s), scaled by the 1 / (1 - s) the cut alone gives.
         rest = 1.0 - cut_share
@@ -84,13 +94,14 @@ def amdahl_data(
     if sampler is not None and sampler not in picked:
         picked.append(sampler)  # the issue's running example: "if sampling went to zero"
     for c in picked:
-        # The legend names the ceiling of the ranking (1 / (1 - p'), what the report's table
-        # and answer quote) and the curve's own asymptote on this axis (over today's run).
-        after = f"{c.ceiling_after:.1f}x" if math.isfinite(c.ceiling_after) else "none"
-        both = f"{c.combined_ceiling:.1f}x" if math.isfinite(c.combined_ceiling) else "no limit"
+        # The curve's asymptote is its ceiling over the baseline, 1 / (1 - p - s); the
+        # ranking's 1 / (1 - p') is over the run with the phase already cut, another frame,
+        # so the legend gives p' and the baseline-frame ceiling only.
+        finite = math.isfinite(c.combined_ceiling)
+        both = f"{c.combined_ceiling:.1f}x {_FRAME}" if finite else "no limit"
         curves.append(
-            curve(f"without {c.phase} ({c.share:.0%} of time): p' = {c.p_after:.2f}, ceiling "
-                  f"{after}; {both} over today's run", c.p_after, c.share, c.phase)
+            curve(f"without {c.phase} ({c.share:.0%} of time): p' = {c.p_after:.2f}, "
+                  f"levels off at {both}", c.p_after, c.share, c.phase)
         )  # fmt: skip
 
     points = []
@@ -100,7 +111,7 @@ def amdahl_data(
             if value is not None:
                 points.append(
                     {"kind": what, "r": r, "speedup": float(value),
-                     "label": f"{what}: {float(value):.2f}x at r = {r:.2f}"}
+                     "label": f"{what}: {float(value):.2f}x {_FRAME} at r = {r:.2f}"}
                 )  # fmt: skip
     if comparison is not None and len(points) == 2:
         m, pr = points[0]["speedup"], points[1]["speedup"]
@@ -112,14 +123,15 @@ def amdahl_data(
         title = sentence
         if picked:
             best = picked[0]
-            if math.isfinite(best.ceiling_after):
-                title += f"; cutting {best.phase} raises it to {best.ceiling_after:.1f}x"
+            if math.isfinite(best.combined_ceiling):
+                title += f"; cutting {best.phase} as well lifts it to {best.combined_ceiling:.1f}x"
     note = None if points else "no operating point: give a baseline and a speculative run"
     return {
         "kind": "amdahl",
         "title": title,
-        "subtitle": "S = 1 / ((1 - p) + p / r); dashed: one non-accelerable phase cut to zero "
-        "as well; dotted: where each curve levels off",
+        "subtitle": f"every speedup is {_FRAME} (1x: the baseline as measured); "
+        "S = 1 / ((1 - p) + p / r)\ndashed: one non-accelerable phase cut to zero as well; "
+        "dotted: where each curve levels off",
         "p": p,
         "ceiling": ceiling,
         "r_range": [lo, hi],
@@ -135,7 +147,7 @@ def amdahl_figure(data: Mapping[str, Any]) -> Figure:
     with style("amdahl"):
         fig = new_figure(9, 5.6)
         ax = fig.add_subplot()
-        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        suptitle(fig, data["title"])
         if data.get("not_available"):
             not_available_panel(ax, "Amdahl chart", data["not_available"])
             return fig
@@ -169,7 +181,7 @@ def amdahl_figure(data: Mapping[str, Any]) -> Figure:
         ax.set_ylim(bottom, top * 1.12)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
         ax.set_xlabel("r: speedup of the accelerable part (log scale)")
-        ax.set_ylabel("end-to-end speedup over the baseline")
+        ax.set_ylabel(f"end-to-end speedup {_FRAME}")
         ax.grid(True, which="major", color="#EEEEEE", lw=0.8)
         longest = max(len(c["label"]) for c in data["curves"])
         fig.legend(loc="outside lower center", ncol=1 if longest > 50 else 2, fontsize=8.5)

@@ -35,6 +35,7 @@ __all__ = [
     "figure_bytes",
     "save_figure",
     "style",
+    "suptitle",
     "svg_text",
 ]
 
@@ -112,6 +113,20 @@ def svg_text(fig: Figure, *, salt: str) -> str:
     with style(salt):
         fig.savefig(buf, format="svg", metadata=_SVG_METADATA)
     return buf.getvalue()
+
+
+def suptitle(fig: Figure, text: str) -> None:
+    """The figure's bold title (its finding), broken onto two lines (at the "; " nearest the
+    middle, else between words) when one line would run past the figure's edges."""
+    title = fig.suptitle(text, fontweight="bold", fontsize=12)
+    if title.get_window_extent(fig.canvas.get_renderer()).width <= fig.bbox.width - 16:
+        return
+    cuts = [i for i in range(len(text)) if text.startswith("; ", i)]
+    if cuts:
+        i = min(cuts, key=lambda i: abs(i - len(text) / 2))
+        title.set_text(f"{text[: i + 1]}\n{text[i + 2 :]}")
+    else:
+        title.set_text(_wrap(text, len(text) // 2 + 1))
 
 
 def not_available_panel(ax: Axes, what: str, reason: str) -> None:

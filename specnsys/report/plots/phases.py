@@ -4,6 +4,10 @@ Bars are in milliseconds per output token when every run counted its tokens (so 
 and a speculative run, or the runs of a sweep, compare on the same scale and the shorter bar
 is the faster run), else in shares of each run's window. Segment labels are always shares of
 that run's window: the segments of a bar sum to 100%.
+
+With per-token bars the title also says how much faster or slower speculation is per output
+token than its baseline (the nearest baseline before it, as ``compare`` pairs runs): the ratio
+of the bar totals, i.e. the inverse of ``compare``'s measured speedup.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from specnsys.report.plots.common import (
     fit_labels,
     legend_phases,
     new_figure,
+    not_available_panel,
     phase_legend,
     style,
+    suptitle,
 )
 
 __all__ = ["accelerable_label", "headline", "phases_data", "phases_figure"]
@@ -106,12 +112,20 @@ def phases_data(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]
         p for _, a in runs if a is not lead and a.get("mode") == "spec"
         for p in [headline(a)[0]] if p is not None
     )  # fmt: skip
+    finding = _per_token_finding(runs, lead) if per_token else ""
     if spec_shares:
         lo, hi = spec_shares[0], spec_shares[-1]
         span = f"{lo:.0%}" if f"{lo:.0%}" == f"{hi:.0%}" else f"{lo:.0%} to {hi:.0%}"
-        title += f"; with speculation, draft + verify take {span}"
+        if finding:
+            title += f"; {finding}, draft + verify take {span}"
+        else:
+            title += f"; with speculation, draft + verify take {span}"
+    elif finding:
+        title += f"; {finding}"
+    drawn = any(bar["segments"] for bar in bars)
     return {
         "kind": "phases",
+        "not_available": None if drawn else "no run has phase time in its window",
         "title": title,
         "subtitle": (
             "exclusive wall time per phase (every instant counted once); "
@@ -125,13 +139,52 @@ def phases_data(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]
     }
 
 
+def _per_token_finding(
+    runs: Sequence[tuple[str, Mapping[str, Any]]], lead: Mapping[str, Any]
+) -> str:
+    """The clause "speculation is 2.2x slower per token" (or "1.6x faster", or a range over
+    several speculative runs): each run's time per output token over its baseline's, the
+    baseline being the nearest one before it in *runs* (else *lead*), as ``compare`` pairs
+    them; "" when no speculative run has a baseline."""
+    ratios, baseline = [], lead if lead.get("mode") == "baseline" else None
+    for _label, a in runs:
+        if a.get("mode") == "baseline":
+            baseline = a
+        elif a.get("mode") == "spec" and baseline is not None and _per_token(baseline) > 0:
+            ratios.append(_per_token(a) / _per_token(baseline))
+    if not ratios:
+        return ""
+    slower = sorted(ratios)
+    faster = sorted(1 / x for x in ratios if x < 1)
+    if all(f"{x:.1f}" == "1.0" for x in slower + faster):
+        return "speculation is as fast per token"
+    if all(x >= 1 for x in slower):
+        return f"speculation is {_span(slower)} slower per token"
+    if all(x < 1 for x in slower):
+        return f"speculation is {_span(faster)} faster per token"
+    return f"speculation is {_span(faster[-1:])} faster to {_span(slower[-1:])} slower per token"
+
+
+def _per_token(analysis: Mapping[str, Any]) -> float:
+    """The bar total: window over tokens (what ``compare``'s measured speedup divides)."""
+    return int(analysis["window_ns"]) / int(analysis["tokens"])
+
+
+def _span(factors: Sequence[float]) -> str:
+    lo, hi = f"{factors[0]:.1f}x", f"{factors[-1]:.1f}x"
+    return lo if lo == hi else f"{lo[:-1]} to {hi}"
+
+
 def phases_figure(data: Mapping[str, Any]) -> Figure:
     """Draw figure 1 from :func:`phases_data`."""
     with style("phases"):
         bars = data["bars"]
         fig = new_figure(10, 1.6 + 0.75 * max(len(bars), 1))
         ax = fig.add_subplot()
-        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        suptitle(fig, data["title"])
+        if data.get("not_available"):
+            not_available_panel(ax, "phase breakdown", data["not_available"])
+            return fig
         ax.set_title(data["subtitle"], fontsize=9, color="#555555", fontweight="normal")
         n = len(bars)
         labels = {}

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from specnsys.report.palette import phase_color
-from specnsys.report.plots.common import new_figure, not_available_panel, style
+from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
 
 __all__ = ["sweep_data", "sweep_figure"]
 
@@ -93,7 +93,7 @@ def sweep_figure(data: Mapping[str, Any]) -> Figure:
     with style("sweep"):
         fig = new_figure(8.5, 5.2)
         ax = fig.add_subplot()
-        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        suptitle(fig, data["title"])
         if data.get("not_available"):
             not_available_panel(ax, "sweep", data["not_available"])
             return fig

@@ -5,6 +5,12 @@ CUDA API calls it made, one lane per GPU stream with each kernel/copy coloured b
 that launched it, and the GPU's idle gaps labelled with what the CPU was doing meanwhile. The
 data comes from :func:`specnsys.attribution.lanes.timeline_lanes` (``.to_dict()``); this
 module only lays it out.
+
+Short ranges stay visible: a bar narrower than ``_MIN_SHARE`` of the window (about two pixels
+of the drawn axis) is drawn that wide, without the white edge that would cover it, and a note
+under the title says how many bars were widened. Without it, a whole-window view of thousands
+of sub-pixel ranges showed a phase taking a sixth of the window as blank lane. The data keeps
+every bar's true width; only the drawing widens.
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from specnsys.report.plots.common import (
     fit_labels,
     legend_phases,
     new_figure,
+    not_available_panel,
     phase_legend,
     style,
+    suptitle,
 )
 
 __all__ = ["timeline_data", "timeline_figure"]
 
 _LABEL_MIN = 0.02  # bars narrower than this share of the window never get a text label
+_MIN_SHARE = 0.002  # bars narrower than this share of the window are drawn this wide
 _GAP_COLOR = "#F3F3F3"
 
 
@@ -103,6 +112,13 @@ def timeline_data(lanes: Mapping[str, Any]) -> dict[str, Any]:
         )
     lane_names = {"api": "CUDA API lane", "gpu": "GPU lanes"}
     notes = [f"no {lane_names.get(k, k)}: {why}" for k, why in sorted(na.items())]
+    min_width_ms = window_ms * _MIN_SHARE
+    widened = sum(b["width_ms"] < min_width_ms for row in rows for b in row["bars"])
+    if widened:
+        notes.append(
+            f"{widened:,} bar{'s' if widened > 1 else ''} shorter than {_ms(min_width_ms)} "
+            f"({_MIN_SHARE:.1%} of the window) drawn {_ms(min_width_ms)} wide to stay visible"
+        )
     phases = ordered_phases(
         b["phase"] for row in rows for b in row["bars"] if b["phase"] is not None
     )
@@ -122,7 +138,17 @@ def timeline_data(lanes: Mapping[str, Any]) -> dict[str, Any]:
         "legend": legend,
         "legend_more": more,
         "notes": notes,
+        "min_width_ms": min_width_ms,
+        "not_available": None if any(row["bars"] for row in rows) else _EMPTY,
     }
+
+
+_EMPTY = "nothing ran in the window: no phase range, CUDA API call or GPU work"
+
+
+def _ms(value: float) -> str:
+    """A duration for a note: three significant digits, in ms or us."""
+    return f"{value:.3g} ms" if value >= 0.1 else f"{value * 1e3:.3g} us"
 
 
 def timeline_figure(data: Mapping[str, Any]) -> Figure:
@@ -131,7 +157,11 @@ def timeline_figure(data: Mapping[str, Any]) -> Figure:
         rows = data["rows"]
         fig = new_figure(10, 1.9 + 0.55 * max(len(rows), 1))
         ax = fig.add_subplot()
-        fig.suptitle(data["title"], fontweight="bold", fontsize=12)
+        suptitle(fig, data["title"])
+        if data.get("not_available"):
+            not_available_panel(ax, "timeline", data["not_available"])
+            return fig
+        min_width = data.get("min_width_ms", 0.0)
         subtitle = "\n".join([data["subtitle"], *data["notes"]])
         ax.set_title(subtitle, fontsize=9, color="#555555", fontweight="normal")
         labels = {}
@@ -139,16 +169,20 @@ def timeline_figure(data: Mapping[str, Any]) -> Figure:
         for i, row in enumerate(rows):
             y = n - 1 - i
             # One collection per lane and colour: thousands of kernels draw in one call.
-            groups: dict[str | None, list[tuple[float, float]]] = {}
+            # Narrow bars apart: widened, and without an edge (it would paint them over).
+            groups: dict[tuple[str | None, bool], list[tuple[float, float]]] = {}
             for bar in row["bars"]:
-                groups.setdefault(bar["phase"], []).append((bar["start_ms"], bar["width_ms"]))
-            for phase, spans in groups.items():
+                narrow = bar["width_ms"] < min_width
+                span = (bar["start_ms"], max(bar["width_ms"], min_width))
+                groups.setdefault((bar["phase"], narrow), []).append(span)
+            for (phase, narrow), spans in groups.items():
+                edge = 0.0 if narrow else 0.5
                 if row["kind"] == "gap":
                     ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=_GAP_COLOR,
-                                   edgecolors="#AAAAAA", linewidth=0.5, hatch="////")  # fmt: skip
+                                   edgecolors="#AAAAAA", linewidth=edge, hatch="////")  # fmt: skip
                 else:
                     ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=phase_color(phase),
-                                   edgecolors="white", linewidth=0.5)  # fmt: skip
+                                   edgecolors="white", linewidth=edge)  # fmt: skip
             for bar in row["bars"]:
                 if bar["text"]:
                     color = _GAP_COLOR if row["kind"] == "gap" else phase_color(bar["phase"])
