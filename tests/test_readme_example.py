@@ -28,3 +28,9 @@ def test_notebook_example_runs_and_draws_its_figure(tmp_path: Path) -> None:
     assert "baseline: p = " in done.stdout
     assert "predicted " in done.stdout and "x, measured " in done.stdout
     assert (tmp_path / "phases.png").stat().st_size > 0
+
+
+def test_readme_shows_the_example_that_runs() -> None:
+    """The README's notebook block is this file's code, so the tested example is the shown one."""
+    code = EXAMPLE.read_text().split("\n", 2)[2]  # after the two comment lines
+    assert f"```python\n{code}```\n" in (REPO / "README.md").read_text()
