@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from specnsys import __version__
-from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import (
     OP_KIND,
@@ -52,6 +51,7 @@ from specnsys.attribution.phase_map import (
     phase_ranges,
 )
 from specnsys.attribution.rules import REQUEST, PhaseRules
+from specnsys.vocabulary import DOMAIN, PHASES
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
