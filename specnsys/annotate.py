@@ -47,7 +47,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import nvtx
 
@@ -126,7 +126,7 @@ class _Backend:
             self.start = lambda a, _f=_lib.start_range, _h=handle: _f(a, _h)
             self.end = _lib.end_range
             self.mark = lambda a, _f=_lib.mark, _h=handle: _f(a, _h)
-        self._event_attributes = getattr(nvtx, "EventAttributes", None)
+        self._event_attributes: Any = getattr(nvtx, "EventAttributes", None)
         if self._event_attributes is None:
             from nvtx import _lib
 
@@ -196,7 +196,7 @@ class _Phase:
         self._push(self._attributes)
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._pop()
         return False
 
@@ -228,7 +228,7 @@ class _NoopPhase:
     def __enter__(self) -> _NoopPhase:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
     def __call__(self, func: F) -> F:
@@ -449,7 +449,7 @@ class Patch:
     def __enter__(self) -> Patch:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.undo()
         return False
 
