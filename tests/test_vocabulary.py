@@ -112,7 +112,9 @@ def test_vocabulary_module_loads_only_the_standard_library() -> None:
     done = run_python(code)
     assert done.returncode == 0, done.stderr
     loaded = set(ast.literal_eval(done.stdout))
-    assert loaded == {"specnsys", "specnsys.errors", "specnsys.vocabulary"}, loaded
+    assert "specnsys.vocabulary" in loaded
+    # no polars, duckdb, nvtx...: inference processes load it through annotate
+    assert {m.split(".")[0] for m in loaded} == {"specnsys"}, loaded
 
 
 def test_annotate_accepts_exactly_the_vocabulary_phases() -> None:
