@@ -6,7 +6,7 @@ analysis that reads it share these constants, so that a name is typed once. The 
 and never from :mod:`specnsys.annotate`, which needs ``nvtx``: analysing a trace must not
 require the package that writes one.
 
-Standard library only, and no imports at all: this module is loaded both inside users'
+Nothing is imported here (not even the standard library): this module is loaded both inside users'
 inference processes (through ``annotate``) and by the analysis stack.
 """
 
