@@ -28,10 +28,11 @@ import sys
 import numpy as np
 import pandas as pd
 
+from specnsys.attribution.launch import UNANNOTATED, UNATTRIBUTED_GPU
+
 # The vocabulary is the specification, not the method: take it from the library; the
 # attribution below is independent of specnsys's (pandas, no DuckDB).
-from specnsys.annotate import DOMAIN, PHASES
-from specnsys.attribution.launch import UNANNOTATED, UNATTRIBUTED_GPU
+from specnsys.vocabulary import DOMAIN, PHASES
 
 UNATTRIBUTED = UNATTRIBUTED_GPU
 

@@ -28,8 +28,11 @@ attribute objects). ``SPECNSYS_NVTX=1`` forces the real calls (for example to ex
 in tests), ``SPECNSYS_NVTX=0`` or nvtx's own ``NVTX_DISABLE`` forces the no-op path.
 ``bench/annotate_overhead.py`` measures both paths.
 
-This module imports only the standard library and ``nvtx`` (it is loaded inside users'
-inference processes, which must not pay for the analysis stack). It targets the ``nvtx``
+The names (``PHASES``, ``DOMAIN``, ``MARKS``, ``VALUE_MARKS``) are defined in
+:mod:`specnsys.vocabulary`, which the analysis shares without importing ``nvtx``; they are
+re-exported here unchanged. This module imports only the standard library, ``nvtx`` and the
+vocabulary (it is loaded inside users' inference processes, which must not pay for the analysis
+stack). It targets the ``nvtx``
 0.2.11 API (``Domain.get_event_attributes`` + ``nvtx._lib`` push/pop on the domain handle),
 because the Debian ``nsys`` 2022.4 drops ranges emitted by newer ``nvtx`` releases; domains
 of newer releases that expose ``push_range``/``pop_range`` methods are used through those.
@@ -44,9 +47,23 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import nvtx
+
+from specnsys.vocabulary import ACCEPTANCE_MARKS as MARKS
+from specnsys.vocabulary import (
+    ACCEPTED_MARK,
+    DOMAIN,
+    FIRST_TOKEN_MARK,
+    OUTPUT_TOKENS_MARK,
+    PHASE_RGB,
+    PHASES,
+    PROPOSED_MARK,
+    REQUEST_PHASE,
+    TOKENS_MARK,
+    VALUE_MARKS,
+)
 
 __all__ = [
     "DOMAIN",
@@ -69,55 +86,8 @@ __all__ = [
     "start_request",
 ]
 
-DOMAIN = "specnsys"
-"""NVTX domain every range and mark of this module is emitted in."""
-
-PHASES: tuple[str, ...] = (
-    "request",
-    "prefill",
-    "draft_prefill",
-    "decode",
-    "forward",
-    "draft",
-    "verify",
-    "sample",
-    "kv",
-    "sync",
-    "schedule",
-)
-"""The phase vocabulary of docs/design.md#phases, in nesting order (outermost first)."""
-
-MARKS: tuple[str, ...] = ("proposed", "accepted")
-"""Mark messages used for acceptance statistics (one pair per sequence per step)."""
-
-VALUE_MARKS: dict[str, str] = {
-    "tokens": "output tokens emitted by one decode step across the batch (1 for the first "
-    "token a prefill emits); their sum is the run's output token count",
-    "first_token": "payload = request id; emitted when that request's first output token is "
-    "known on the host (TTFT = this mark - the request range's start)",
-    "output_tokens": "output tokens of one request, emitted on the ending thread just before its "
-    "request range ends (TPOT = (end - first token) / (output_tokens - 1))",
-    "target_bytes": "bytes one target forward reads (weights + KV cache), inside the forward / "
-    "verify / prefill range it belongs to (achieved bandwidth = bytes / phase time)",
-    "device_memory_peak": "peak device memory allocated (bytes) during the enclosing phase range, "
-    "emitted inside it (CUDA runs; torch.cuda.max_memory_allocated after a reset at its start)",
-}
-"""Integer-payload marks the analysis reads, with their meaning (docs/design.md#marks)."""
-
 # ARGB colors so the phases are told apart at a glance in the Nsight Systems timeline.
-_COLORS: dict[str, int] = {
-    "request": 0xFF7F7F7F,
-    "prefill": 0xFF1F77B4,
-    "draft_prefill": 0xFF9EDAE5,
-    "decode": 0xFFC7C7C7,
-    "forward": 0xFF2CA02C,
-    "draft": 0xFF98DF8A,
-    "verify": 0xFFD62728,
-    "sample": 0xFFFF7F0E,
-    "kv": 0xFF9467BD,
-    "sync": 0xFF8C564B,
-    "schedule": 0xFFE377C2,
-}
+_COLORS: dict[str, int] = {name: 0xFF000000 | rgb for name, rgb in PHASE_RGB.items()}
 _CUSTOM_COLOR = 0xFFBCBD22
 _MARK_COLOR = 0xFF17BECF
 
@@ -156,7 +126,7 @@ class _Backend:
             self.start = lambda a, _f=_lib.start_range, _h=handle: _f(a, _h)
             self.end = _lib.end_range
             self.mark = lambda a, _f=_lib.mark, _h=handle: _f(a, _h)
-        self._event_attributes = getattr(nvtx, "EventAttributes", None)
+        self._event_attributes: Any = getattr(nvtx, "EventAttributes", None)
         if self._event_attributes is None:
             from nvtx import _lib
 
@@ -226,7 +196,7 @@ class _Phase:
         self._push(self._attributes)
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._pop()
         return False
 
@@ -258,7 +228,7 @@ class _NoopPhase:
     def __enter__(self) -> _NoopPhase:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
     def __call__(self, func: F) -> F:
@@ -335,7 +305,7 @@ def start_request(request_id: int) -> RequestHandle:
     if not _enabled:
         return RequestHandle(rid, None)
     backend = _get_backend()
-    range_id = backend.start(backend.attributes("request", _COLORS["request"], rid))
+    range_id = backend.start(backend.attributes(REQUEST_PHASE, _COLORS[REQUEST_PHASE], rid))
     return RequestHandle(rid, range_id)
 
 
@@ -354,7 +324,7 @@ def end_request(handle: RequestHandle, output_tokens: int | None = None) -> None
         raise ValueError(f"output_tokens must be >= 0, got {n}")
     handle._open = False
     if n is not None and handle._range_id is not None:
-        _emit_mark("output_tokens", n)
+        _emit_mark(OUTPUT_TOKENS_MARK, n)
     if handle._range_id is not None:
         _get_backend().end(handle._range_id)
         handle._range_id = None
@@ -405,8 +375,8 @@ def mark_acceptance(proposed: int, accepted: int) -> None:
         raise ValueError(f"need 0 <= accepted <= proposed, got proposed={k}, accepted={n}")
     if not _enabled:
         return
-    _emit_mark("proposed", k)
-    _emit_mark("accepted", n)
+    _emit_mark(PROPOSED_MARK, k)
+    _emit_mark(ACCEPTED_MARK, n)
 
 
 def mark_tokens(n: int) -> None:
@@ -421,7 +391,7 @@ def mark_tokens(n: int) -> None:
         raise ValueError(f"token count must be >= 0, got {v}")
     if not _enabled:
         return
-    _emit_mark("tokens", v)
+    _emit_mark(TOKENS_MARK, v)
 
 
 def mark_first_token(request_id: int) -> None:
@@ -429,7 +399,7 @@ def mark_first_token(request_id: int) -> None:
     rid = operator.index(request_id)
     if not _enabled:
         return
-    _emit_mark("first_token", rid)
+    _emit_mark(FIRST_TOKEN_MARK, rid)
 
 
 def mark_value(name: str, value: int) -> None:
@@ -479,7 +449,7 @@ class Patch:
     def __enter__(self) -> Patch:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.undo()
         return False
 

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.launch import (
     UNANNOTATED,
     attributed_gpu_ops,
@@ -33,13 +32,9 @@ from specnsys.attribution.launch import (
     rules_for,
 )
 from specnsys.attribution.phase_map import create_phase_index, drop_phase_index, phase_ranges_sql
-from specnsys.attribution.timeline import (
-    STEP_PHASE,
-    PhaseBreakdown,
-    exclusive_phase_times,
-    step_phase,
-)
+from specnsys.attribution.timeline import PhaseBreakdown, exclusive_phase_times, step_phase
 from specnsys.errors import BadInputError, UsageError
+from specnsys.vocabulary import API_CALL_SQL, DOMAIN, PHASES, STEP_PHASE
 
 if TYPE_CHECKING:
     from specnsys.attribution.rules import PhaseRules
@@ -235,9 +230,9 @@ def _lanes(
         not_available["api"] = caps["cuda_api"].reason
     else:
         api_raw = con.sql(
-            """SELECT name, start, "end" FROM runtime
+            f"""SELECT name, start, "end" FROM runtime
                WHERE global_tid = $gtid AND start < $we AND "end" > $ws
-                 AND event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
+                 AND {API_CALL_SQL}
                ORDER BY start, "end" """,
             params={"gtid": gtid, "ws": ws, "we": we},
         ).pl()

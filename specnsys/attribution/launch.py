@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.phase_map import (
     PhaseIndex,
     create_phase_index,
@@ -30,6 +29,7 @@ from specnsys.attribution.phase_map import (
 )
 from specnsys.attribution.rules import PhaseRules, default_rules, resolve_rules
 from specnsys.ingest.keys import all_pack, packed_key
+from specnsys.vocabulary import API_CALL_EVENT_CLASSES, DOMAIN, LAUNCH_NAME_PATTERN, PHASES
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -113,13 +113,14 @@ def attributed_runtime(
     kept: on tens of millions of calls every column counts.
     """
     frame = trace.table("runtime").filter(
-        pl.col("event_class").is_in([0, 1]) & ~pl.col("is_backtrace").fill_null(False)
+        pl.col("event_class").is_in(list(API_CALL_EVENT_CLASSES))
+        & ~pl.col("is_backtrace").fill_null(False)
     )
     if pid is not None:
         frame = frame.filter(pl.col("pid") == pid)
     # A few distinct API names over millions of calls: the regex runs on each name once.
     names = trace.table("runtime").select(pl.col("name").unique()).collect()["name"]
-    launches = names.filter(names.str.contains("(?i)launch"))
+    launches = names.filter(names.str.contains(LAUNCH_NAME_PATTERN))
     is_launch = pl.col("name").is_in(launches.implode()).fill_null(False)
     cols = [
         pl.col("pid").cast(_I64).alias("rt_pid"),

@@ -44,8 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specnsys.annotate import DOMAIN, PHASES
 from specnsys.errors import BadInputError
+from specnsys.vocabulary import DOMAIN, PHASES, REQUEST_PHASE
 
 __all__ = [
     "BUILTIN_RULES",
@@ -59,7 +59,7 @@ __all__ = [
     "resolve_rules",
 ]
 
-REQUEST = "request"
+REQUEST = REQUEST_PHASE
 """The range that bounds one generation request; it sets the analysis window."""
 
 NAME_PLACEHOLDER = "{name}"

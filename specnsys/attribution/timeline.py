@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from specnsys import __version__
-from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import (
     OP_KIND,
@@ -52,15 +51,12 @@ from specnsys.attribution.phase_map import (
     phase_ranges,
 )
 from specnsys.attribution.rules import REQUEST, PhaseRules
+from specnsys.vocabulary import DOMAIN, PHASES, SPEC_ACCELERABLE, STEP_PHASE
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = ["STEP_PHASE", "PhaseBreakdown", "exclusive_phase_times", "step_phase"]
-
-STEP_PHASE = "decode"
-"""The phase whose ranges are a run's decode steps when it has any (see :func:`step_phase`)."""
-
 
 def step_phase(counts: Mapping[str, int], walls: Mapping[str, int]) -> str:
     """The phase whose ranges are a run's decode steps, from its range counts and wall times
@@ -69,7 +65,7 @@ def step_phase(counts: Mapping[str, int], walls: Mapping[str, int]) -> str:
     ``analyze``'s step count and the timeline's step choice use."""
     if counts.get(STEP_PHASE, 0):
         return STEP_PHASE
-    spec = any(counts.get(p, 0) > 0 or walls.get(p, 0) > 0 for p in ("draft", "verify"))
+    spec = any(counts.get(p, 0) > 0 or walls.get(p, 0) > 0 for p in SPEC_ACCELERABLE)
     return "verify" if spec else "forward"
 
 

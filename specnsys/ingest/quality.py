@@ -24,6 +24,7 @@ from specnsys.errors import BadInputError, SpecnsysError
 from specnsys.ingest.cache import SpecnsysWarning
 from specnsys.ingest.keys import packed_key
 from specnsys.ingest.sqlite_reader import SqliteExport
+from specnsys.vocabulary import API_CALL_EVENT_CLASSES, API_CALL_SQL
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,9 +40,9 @@ _GPU_OPS = """(
     UNION ALL SELECT start, "end", pid, correlation_id FROM memset
 )"""
 
-_LAUNCH_CALLS = """(
+_LAUNCH_CALLS = f"""(
     SELECT pid, correlation_id FROM runtime
-    WHERE event_class IN (0, 1) AND NOT coalesce(is_backtrace, false)
+    WHERE {API_CALL_SQL}
       AND correlation_id IS NOT NULL
 )"""
 
@@ -207,7 +208,7 @@ def _launch_counts(trace: Trace) -> dict[str, int] | None:
     calls = (
         trace.table("runtime")
         .filter(
-            pl.col("event_class").is_in([0, 1])
+            pl.col("event_class").is_in(list(API_CALL_EVENT_CLASSES))
             & ~pl.col("is_backtrace").fill_null(False)
             & pl.col("correlation_id").is_not_null()
         )

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from specnsys.ingest.schema import SchemaVersion
+from specnsys.vocabulary import ACCEPTED_MARK, API_CALL_SQL, DOMAIN, PROPOSED_MARK
 
 if TYPE_CHECKING:
     import duckdb
@@ -148,17 +149,17 @@ def _processes(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
 
 def _capabilities(con: duckdb.DuckDBPyConnection, s: TraceSummary) -> dict[str, Capability]:
     ranges = s.nvtx_kinds.get("push_pop", 0) + s.nvtx_kinds.get("start_end", 0)
-    api = int(_one_row(con, "SELECT count(*) FROM runtime WHERE event_class IN (0, 1)")[0])
+    api = int(_one_row(con, f"SELECT count(*) FROM runtime WHERE {API_CALL_SQL}")[0])
     gpu_ops = sum(s.row_counts.get(t, 0) for t in ("kernels", "memcpy", "memset", "graphs"))
     bandwidth = int(
         _one_row(con, "SELECT count(*) FROM gpus WHERE memory_bandwidth > 0")[0]
     )
     specnsys_ranges, specnsys_marks, specnsys_domain = _one_row(
         con,
-        """SELECT count(*) FILTER (WHERE kind IN ('push_pop', 'start_end') AND domain = 'specnsys'),
-                  count(*) FILTER (WHERE kind = 'mark' AND domain = 'specnsys'
-                                   AND text IN ('proposed', 'accepted')),
-                  count(*) FILTER (WHERE kind = 'domain_create' AND text = 'specnsys')
+        f"""SELECT count(*) FILTER (WHERE kind IN ('push_pop', 'start_end') AND domain = '{DOMAIN}'),
+                  count(*) FILTER (WHERE kind = 'mark' AND domain = '{DOMAIN}'
+                                   AND text IN ('{PROPOSED_MARK}', '{ACCEPTED_MARK}')),
+                  count(*) FILTER (WHERE kind = 'domain_create' AND text = '{DOMAIN}')
            FROM nvtx""",
     )
 

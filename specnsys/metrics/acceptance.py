@@ -27,6 +27,7 @@ import polars as pl
 
 from specnsys.metrics.amdahl import tau
 from specnsys.metrics.events import Scope, marks_relation
+from specnsys.vocabulary import ACCEPTANCE_MARKS, PROPOSED_MARK
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -41,10 +42,11 @@ def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
     the 585k marks of the 2M-kernel bench export 0.11 s against 0.17 s through
     :func:`~specnsys.metrics.events.marks` (names as strings, ordered in SQL)."""
     columns = (
-        "id, start AS t, global_tid AS gtid, text = 'proposed' AS is_proposed, payload_int AS value"
+        f"id, start AS t, global_tid AS gtid, text = '{PROPOSED_MARK}' AS is_proposed, "
+        "payload_int AS value"
     )
     m = (
-        marks_relation(trace, scope, ("proposed", "accepted"), columns)
+        marks_relation(trace, scope, ACCEPTANCE_MARKS, columns)
         .pl()
         .sort("t", "id")  # time order, then emission order on one thread
         .with_columns(pl.int_range(pl.len()).over("gtid", "is_proposed").alias("rank"))

@@ -29,16 +29,19 @@ from specnsys.metrics.bandwidth import memory_bandwidth
 from specnsys.metrics.events import Scope, marks, resolve
 from specnsys.metrics.memory import device_memory
 from specnsys.metrics.requests import distribution, request_latencies
+from specnsys.vocabulary import (
+    ACCELERABLE,
+    BASELINE_ACCELERABLE,
+    REQUEST_PHASE,
+    SAMPLER_PHASE,
+    SPEC_ACCELERABLE,
+    TOKENS_MARK,
+)
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = ["ACCELERABLE", "Analysis", "analyze_trace", "detect_mode"]
-
-ACCELERABLE: tuple[str, ...] = ("forward", "draft", "verify")
-"""Phases speculative decoding replaces: ``forward`` (baseline) by ``draft`` + ``verify``."""
-
-SAMPLER = "sample"
 
 #: Version of the metrics' definitions, part of the key of analyses kept in the trace cache:
 #: bump it whenever a change here would give a different result.
@@ -149,9 +152,9 @@ def detect_mode(counts: dict[str, int], walls: dict[str, int]) -> str | None:
     def present(phase: str) -> bool:
         return counts.get(phase, 0) > 0 or walls.get(phase, 0) > 0
 
-    if present("draft") or present("verify"):
+    if any(present(p) for p in SPEC_ACCELERABLE):
         return "spec"
-    if present("forward"):
+    if any(present(p) for p in BASELINE_ACCELERABLE):
         return "baseline"
     return None
 
@@ -160,7 +163,7 @@ def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[st
     rows: dict[str, dict[str, Any]] = {}
     for r in b.frame.iter_rows(named=True):
         name = r["phase"]
-        if name == "request" and r["wall_ns"] == 0:
+        if name == REQUEST_PHASE and r["wall_ns"] == 0:
             continue  # request ranges set the window; they are not a push/pop phase
         rows[name] = {
             "wall_ns": int(r["wall_ns"]),
@@ -260,7 +263,7 @@ def _analyze(
     # tokens, steps, requests
     lat = request_latencies(trace, scope)
     requests = lat.height
-    tokens = _count_tokens(marks(trace, scope, ("tokens",)), lat, na, warnings)
+    tokens = _count_tokens(marks(trace, scope, (TOKENS_MARK,)), lat, na, warnings)
     steps = counts.get(step_phase(counts, {k: v["wall_ns"] for k, v in phases.items()}), 0)
     per_token = window / tokens if tokens else None
     if tokens == 0:
@@ -350,7 +353,7 @@ def _analyze(
         accelerable_ns=int(accelerable),
         p=p,
         per_token_ns=per_token,
-        sampler_share=phases.get(SAMPLER, {}).get("wall_ns", 0) / window,
+        sampler_share=phases.get(SAMPLER_PHASE, {}).get("wall_ns", 0) / window,
         amdahl_ceiling=ceiling,
         acceptance=acc,
         k=k,

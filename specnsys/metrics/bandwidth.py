@@ -24,6 +24,7 @@ import polars as pl
 
 from specnsys.attribution.launch import gpu_ops_with_phase
 from specnsys.metrics.events import Scope, mark_phases
+from specnsys.vocabulary import TARGET_BYTES_MARK
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -147,7 +148,7 @@ def _matches(name: str, pattern: str) -> bool:
 def _from_target_bytes(
     trace: Trace, scope: Scope, gpu_busy: dict[str, int], devices: list[int]
 ) -> tuple[dict[str, object] | None, str | None]:
-    marked = mark_phases(trace, scope, "target_bytes")
+    marked = mark_phases(trace, scope, TARGET_BYTES_MARK)
     if marked.height == 0:
         return None, (
             "no GPU_METRICS (capture with --gpu-metrics-devices) and no target_bytes marks "

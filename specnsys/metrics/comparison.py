@@ -22,7 +22,8 @@ from typing import Any
 
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
-from specnsys.metrics.analysis import ACCELERABLE, Analysis
+from specnsys.metrics.analysis import Analysis
+from specnsys.vocabulary import ACCELERABLE
 
 __all__ = [
     "MOVE_THRESHOLD",

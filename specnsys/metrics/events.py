@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from specnsys.annotate import DOMAIN, PHASES
 from specnsys.attribution.launch import rules_for
 from specnsys.attribution.phase_map import (
     create_phase_index,
     drop_phase_index,
     phase_lookup_sql,
 )
+from specnsys.vocabulary import DOMAIN, PHASES
 
 if TYPE_CHECKING:
     import duckdb

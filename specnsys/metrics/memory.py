@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.metrics.events import Scope, mark_phases
+from specnsys.vocabulary import DEVICE_MEMORY_PEAK_MARK
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -32,7 +33,7 @@ _EVENTS_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 
 def device_memory(trace: Trace, scope: Scope) -> tuple[dict[str, object] | None, str | None]:
     """Peak device memory per phase, or (None, reason)."""
-    marked = mark_phases(trace, scope, "device_memory_peak")
+    marked = mark_phases(trace, scope, DEVICE_MEMORY_PEAK_MARK)
     if marked.height:
         per = (
             marked.with_columns(pl.col("phase").fill_null("unannotated"))

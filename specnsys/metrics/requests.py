@@ -1,7 +1,7 @@
 """Per-request latency from the trace: TTFT, TPOT and end-to-end time, as distributions.
 
 A request is a ``request`` range (payload: request id) of the analyzed process. The workload
-states the rest with marks (``specnsys.annotate.VALUE_MARKS``):
+states the rest with marks (``specnsys.vocabulary.VALUE_MARKS``):
 
 * ``first_token`` (payload: request id) when the request's first output token reaches the
   host: ``ttft = first_token - request start``;
@@ -23,6 +23,7 @@ import polars as pl
 from specnsys.attribution.launch import mapped_nvtx_sql
 from specnsys.attribution.rules import REQUEST
 from specnsys.metrics.events import Scope
+from specnsys.vocabulary import DOMAIN, FIRST_TOKEN_MARK, OUTPUT_TOKENS_MARK
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -63,12 +64,12 @@ def request_latencies(trace: Trace, scope: Scope) -> pl.DataFrame:
     mk AS (
         SELECT id AS mark_id, text AS name, payload_int AS v, start AS t, global_tid AS g
         FROM nvtx
-        WHERE kind = 'mark' AND domain = 'specnsys' AND pid = $pid AND payload_int IS NOT NULL
-          AND text IN ('first_token', 'output_tokens')
+        WHERE kind = 'mark' AND domain = '{DOMAIN}' AND pid = $pid AND payload_int IS NOT NULL
+          AND text IN ('{FIRST_TOKEN_MARK}', '{OUTPUT_TOKENS_MARK}')
     ),
     ft AS (
         SELECT r.id, min(mk.t) AS first_token
-        FROM req r JOIN mk ON mk.name = 'first_token' AND mk.v = r.request_id
+        FROM req r JOIN mk ON mk.name = '{FIRST_TOKEN_MARK}' AND mk.v = r.request_id
           AND mk.t >= r.s AND (r.e IS NULL OR mk.t <= r.e)
         GROUP BY r.id
     ),
@@ -76,7 +77,7 @@ def request_latencies(trace: Trace, scope: Scope) -> pl.DataFrame:
     -- join below then has a unique key; with tied marks it took either one.
     ot_marks AS (
         SELECT g, t, max(mark_id) AS mark_id, arg_max(v, mark_id) AS v
-        FROM mk WHERE name = 'output_tokens' GROUP BY g, t
+        FROM mk WHERE name = '{OUTPUT_TOKENS_MARK}' GROUP BY g, t
     ),
     ot0 AS (
         SELECT r.id, o.mark_id, o.v, o.t

@@ -20,13 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specnsys.vocabulary import ACCELERABLE
+
 __all__ = ["ACCELERABLE", "CutCandidate", "WhatCut", "accelerable_phases", "what_to_cut"]
-
-ACCELERABLE: tuple[str, ...] = ("forward", "draft", "verify")
-"""Accelerable phases (docs/design.md#phases): a baseline run has ``forward``, a speculative run
-``draft`` + ``verify`` in its place; the same tuple as :data:`specnsys.metrics.analysis.ACCELERABLE`
-(kept here too so this module reads saved JSON without loading the trace stack)."""
-
 
 def accelerable_phases(analysis: Mapping[str, Any]) -> tuple[str, ...]:
     """The accelerable phases that have time in *analysis* (all three when none has)."""

@@ -1,8 +1,8 @@
 """One phase -> colour mapping for every figure and the HTML report.
 
-The colours are the ones :mod:`specnsys.annotate` gives the NVTX ranges, so a phase looks the
-same in the Nsight Systems timeline and in specnsys's figures (``forward`` green, ``verify``
-red, ``sample`` orange, ...). Phases outside the vocabulary (custom rules, ``unannotated``)
+The colours are the ones :mod:`specnsys.annotate` gives the NVTX ranges (both read
+:data:`specnsys.vocabulary.PHASE_RGB`), so a phase looks the same in the Nsight Systems timeline
+and in specnsys's figures (``forward`` green, ``verify`` red, ``sample`` orange, ...). Phases outside the vocabulary (custom rules, ``unannotated``)
 get fixed neutral or derived colours, never a colour that depends on the order they appear in.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+
+from specnsys.vocabulary import ACCELERABLE, PHASE_RGB
 
 __all__ = [
     "ACCELERABLE_PHASES",
@@ -21,18 +23,7 @@ __all__ = [
 ]
 
 PHASE_COLORS: dict[str, str] = {
-    # Same RGB as annotate._COLORS (ARGB there); tests/test_plots.py keeps them in step.
-    "request": "#7F7F7F",
-    "prefill": "#1F77B4",
-    "draft_prefill": "#9EDAE5",
-    "decode": "#C7C7C7",
-    "forward": "#2CA02C",
-    "draft": "#98DF8A",
-    "verify": "#D62728",
-    "sample": "#FF7F0E",
-    "kv": "#9467BD",
-    "sync": "#8C564B",
-    "schedule": "#E377C2",
+    **{phase: f"#{rgb:06X}" for phase, rgb in PHASE_RGB.items()},
     # Not phases of the vocabulary but rows of every breakdown.
     "unannotated": "#E4E4E4",
     "unattributed_gpu": "#4D4D4D",
@@ -57,7 +48,7 @@ PHASE_ORDER: tuple[str, ...] = (
 """Stacking and legend order: the accelerable phases first (they start every bar, so the
 accelerable share reads off the left edge), then the non-accelerable ones, the catch-alls last."""
 
-ACCELERABLE_PHASES: frozenset[str] = frozenset({"forward", "draft", "verify"})
+ACCELERABLE_PHASES: frozenset[str] = frozenset(ACCELERABLE)
 """Phases drawn as the accelerable part (docs/design.md#phases): forward, or draft + verify."""
 
 # Colours for phases nobody named in advance (custom rules): picked by a hash of the name, so
