@@ -4,22 +4,21 @@ The export is never written to: every connection is opened through a ``mode=ro&i
 URI (SQLite then neither writes nor locks the file), and the file is checked before SQLite sees
 it, so that a truncated copy or a file of another kind gets a clear one-line error.
 
-Bulk reads use connectorx, which steps SQLite and fills Arrow arrays in Rust without creating
-a Python object per value, with the GIL released (so rowid slices read on all cores). It
-costs 20-40% less CPU per value than Arrow's own SQLite driver (ADBC), measured on the
-2-million-kernel bench export (about 77 ns per value, against 44 ns for SQLite totalling it).
-Its connection string carries the whole ``mode=ro&immutable=1`` URI, percent-encoded, so the
-file is opened ``O_RDONLY`` without locks. connectorx infers a column's type from the first
-row, so each query starts with one typed row of constants (dropped after the read): the Arrow
-type never depends on the data. Text is read as ``BLOB`` (SQLite hands over its bytes as
-stored) and decoded here, because a TEXT read of invalid UTF-8 fails the whole query. Numbers
-are read as stored; a value of another storage class than its column's (text or a real in an
-integer column: SQLite keeps whatever it was given) fails the read, and that slice is read again
-with every column through an explicit ``CAST``, which converts it as SQLite does. The ``CAST``
-is not in the first read because it costs 12-20% of the read when no value needs it (the
-kernels of the 2-million-kernel bench export). Each value still costs the reader tens of
-nanoseconds, NULL or not, so columns the model only ever coalesces are coalesced inside SQLite
-and read as one (see :class:`RawColumn`).
+Bulk reads use connectorx, which steps SQLite and fills Arrow arrays in Rust without creating a
+Python object per value, with the GIL released (so rowid slices read on all cores). It costs
+less CPU per value than Arrow's own SQLite driver, ADBC (see
+docs/performance.md#reading-the-export). Its connection string carries the whole
+``mode=ro&immutable=1`` URI, percent-encoded, so the file is opened ``O_RDONLY`` without locks.
+connectorx infers a column's type from the first row, so each query starts with one typed row of
+constants (dropped after the read): the Arrow type never depends on the data. Text is read as
+``BLOB`` (SQLite hands over its bytes as stored) and decoded here, because a TEXT read of
+invalid UTF-8 fails the whole query. Numbers are read as stored; a value of another storage
+class than its column's (text or a real in an integer column: SQLite keeps whatever it was
+given) fails the read, and that slice is read again with every column through an explicit
+``CAST``, which converts it as SQLite does. The ``CAST`` is not in the first read because it
+costs a good part of the read when no value needs it (docs/performance.md#reading-the-export).
+Each value still costs the reader time, NULL or not, so columns the model only ever coalesces
+are coalesced inside SQLite and read as one (see :class:`RawColumn`).
 
 Big tables are never read whole: :meth:`SqliteExport.iter_reads` cuts each table into rowid
 slices, reads (and optionally transforms) a few of them ahead on one thread pool shared by
@@ -44,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from specnsys.errors import BadInputError
+from specnsys.errors import BadInputError, SpecnsysWarning
 
 if TYPE_CHECKING:  # pyarrow loads on the first read: opening a cached model never needs it
     import pyarrow as pa
@@ -349,7 +348,7 @@ class SqliteExport:
         for column, bad in bad_utf8.items():
             warnings.warn(
                 f"{bad} value(s) of {column} are not valid UTF-8; invalid bytes shown as U+FFFD",
-                _warning_category(),
+                SpecnsysWarning,
                 stacklevel=2,
             )
 
@@ -413,7 +412,7 @@ class SqliteExport:
 
         # Two subqueries, each a single B-tree seek: SQLite's min/max optimization applies only
         # to a query with one aggregate, and ``SELECT min(rowid), max(rowid)`` scans the whole
-        # table (0.25 s per 2 million kernels from the page cache, serial, before any read).
+        # table (serial, before any read; docs/performance.md#reading-the-export).
         lo, hi = self._query(
             f"SELECT (SELECT min(rowid) FROM {_quote(table)}), (SELECT max(rowid) FROM {_quote(table)})"
         )[0]
@@ -456,8 +455,8 @@ class SqliteExport:
 
 
 def _empty_table(schema: pa.Schema) -> pa.Table:
-    """A table of no rows: ``schema.empty_table()`` imports pandas (0.2-0.4 s, for its
-    metadata), this does not."""
+    """A table of no rows: ``schema.empty_table()`` imports pandas for its metadata
+    (docs/performance.md#import-costs), this does not."""
     import pyarrow as pa
 
     return pa.Table.from_batches([], schema=schema)
@@ -522,12 +521,6 @@ def _valid_utf8(values: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
             fixed.append(value.decode("utf-8", "replace"))
             bad += 1
     return pa.chunked_array([pa.array(fixed, pa.string())]), bad
-
-
-def _warning_category() -> type[Warning]:
-    from specnsys.ingest.cache import SpecnsysWarning
-
-    return SpecnsysWarning
 
 
 FINGERPRINT_BYTES = 1 << 16

@@ -30,7 +30,6 @@ from specnsys.ingest.memory_limits import (
 )
 from specnsys.ingest.model import MODEL_TABLES
 from specnsys.ingest.nsys_rep import EXPORT_PREFIX, export_report_if_needed
-from specnsys.ingest.quality import require_plausible_times
 from specnsys.ingest.readonly_sql import check_read_only
 from specnsys.ingest.schema import (
     detect_version,
@@ -43,7 +42,7 @@ from specnsys.ingest.sqlite_reader import (
     require_unchanged,
     validate_sqlite_file,
 )
-from specnsys.ingest.summary import TraceSummary, summarize
+from specnsys.ingest.summary import TraceSummary, require_plausible_times, summarize
 
 if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run needs neither)
     import duckdb
