@@ -22,6 +22,7 @@ import polars as pl
 from specnsys.errors import UsageError
 from specnsys.ingest import cache
 from specnsys.ingest.build import SCRATCH_PREFIX, build_model
+from specnsys.ingest.input_file import file_identity, require_unchanged, validate_sqlite_file
 from specnsys.ingest.interrupts import interruptible
 from specnsys.ingest.memory_limits import (
     ANALYSIS_MEMORY_FRACTION,
@@ -36,12 +37,7 @@ from specnsys.ingest.schema import (
     require_events,
     require_nsys_tables,
 )
-from specnsys.ingest.sqlite_reader import (
-    SqliteExport,
-    file_identity,
-    require_unchanged,
-    validate_sqlite_file,
-)
+from specnsys.ingest.sqlite_reader import SqliteExport
 from specnsys.ingest.summary import TraceSummary, require_plausible_times, summarize
 
 if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run needs neither)
