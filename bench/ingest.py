@@ -227,7 +227,7 @@ def main() -> int:
     print(
         f"export: {path.name}, {size_mb:.0f} MB, kernels {counts['kernels']:,}, "
         f"runtime {counts['runtime']:,}, nvtx {counts['nvtx']:,}; "
-        f"{os.cpu_count()} cores, median of {args.repeat}; its cache {cache_mb:.1f} MB"
+        f"{os.cpu_count()} cores, median of {args.repeat}; its cache {cache_mb:.2f} MB"
     )
     print(f"{'bare sqlite3 scan of the same columns':<44}{med(bare):8.2f} s   1.00x")
     print(
