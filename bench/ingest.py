@@ -6,7 +6,7 @@ ranges, 24 kernels (4 draft forwards x 4 kernels + an 8-kernel verify) each with
 ``cudaLaunchKernel`` runtime row. Default: 2,000,016 kernels, as many runtime rows, 500,004
 NVTX ranges.
 
-Printed, all measured in this run on this file:
+Printed, all measured in this run on this file (and the size of the cache it writes):
 - bare scan: the ``sqlite3`` command-line shell totalling every column specnsys reads (the floor
   for any reader that goes through SQLite);
 - cold open: ``specnsys.open`` with an empty cache (SQLite -> Arrow -> normalized model ->
@@ -219,6 +219,7 @@ def main() -> int:
             assert trace.from_cache
             trace.sql("SELECT short_name, sum(duration) FROM kernels GROUP BY 1").fetchall()
             warm_query.append(time.perf_counter() - started)
+        cache_mb = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) / 1e6
         shutil.rmtree(cache, ignore_errors=True)
 
     naive = time_naive_python_read(path)
@@ -226,7 +227,7 @@ def main() -> int:
     print(
         f"export: {path.name}, {size_mb:.0f} MB, kernels {counts['kernels']:,}, "
         f"runtime {counts['runtime']:,}, nvtx {counts['nvtx']:,}; "
-        f"{os.cpu_count()} cores, median of {args.repeat}"
+        f"{os.cpu_count()} cores, median of {args.repeat}; its cache {cache_mb:.2f} MB"
     )
     print(f"{'bare sqlite3 scan of the same columns':<44}{med(bare):8.2f} s   1.00x")
     print(

@@ -174,7 +174,7 @@ class Oracle:
         through changed anything."""
         import duckdb
 
-        from specnsys.ingest.model import to_arrow
+        from specnsys.ingest.arrow_values import to_arrow
         from specnsys.ingest.readonly_sql import ReadOnlyQueryError
 
         try:

@@ -13,6 +13,11 @@ EXIT_INTERNAL = 3
 EXIT_RESOURCES = 4
 
 
+class SpecnsysWarning(UserWarning):
+    """Something was skipped or degraded; the answer is still given (the CLI prints
+    ``specnsys: warning: <message>``)."""
+
+
 class SpecnsysError(Exception):
     """A problem the user can act on; ``str(err)`` is a complete one-line explanation."""
 

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import specnsys
-from specnsys.ingest.model import MODEL_TABLES, to_arrow
+from specnsys.ingest.arrow_values import to_arrow
+from specnsys.ingest.model import MODEL_TABLES
 from specnsys.testing import NsysExportBuilder, global_pid, global_tid
 
 
@@ -475,15 +476,16 @@ def test_multi_column_lookup_matches_sql_join_semantics() -> None:
     """NVTX domain and category names are looked up in Arrow on two and three key columns,
     as the SQL joins did: the pid by IS NOT DISTINCT FROM (a NULL pid finds the NULL-pid
     definition), the category id by = (a NULL matches nothing, not even a NULL-id row)."""
-    from specnsys.ingest.model import _arrow_values, _lookup
+    from specnsys.ingest.arrow_values import arrow_values, lookup_by_keys
 
     def ints(*v: int | None) -> pa.Array:
-        return _arrow_values(list(v), pl.Int64)
+        return arrow_values(list(v), pl.Int64)
 
     table_pid, table_dom, table_cat = ints(1, 1, None, 2), ints(0, 5, 0, 0), ints(3, None, 3, 3)
-    names = _arrow_values(["a", "b", "c", "d"], pl.String)
+    names = arrow_values(["a", "b", "c", "d"], pl.String)
     pid, dom, cat = ints(1, 1, None, 2, 2, 9, 1), ints(0, 5, 0, 0, 7, 0, 5), ints(3, None, 3, 3, 3, 3, 4)
-    got = _lookup([(pid, table_pid, True), (dom, table_dom, True), (cat, table_cat, False)], names)
+    keys = [(pid, table_pid, True), (dom, table_dom, True), (cat, table_cat, False)]
+    got = lookup_by_keys(keys, names)
     assert got.to_pylist() == ["a", None, "c", "d", None, None, None]
-    two = _lookup([(pid, table_pid, True), (dom, table_dom, True)], names)
+    two = lookup_by_keys([(pid, table_pid, True), (dom, table_dom, True)], names)
     assert two.to_pylist()[:4] == ["a", "b", "c", "d"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import specnsys
-from specnsys.ingest.sqlite_reader import FINGERPRINT_BYTES
+from specnsys.ingest.input_file import FINGERPRINT_BYTES
 from specnsys.testing import NsysExportBuilder
 from tests.conftest import sha256
 from tests.hostile_corpus import good_loop

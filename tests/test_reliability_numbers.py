@@ -1,7 +1,7 @@
 """Reliability of the numbers ``specnsys kernels`` and ``specnsys ranges`` print (issue 22).
 
 * Item 12: the ingest accepts event times up to +-2**60 ns of the session start
-  (``quality.require_plausible_times``); durations then reach 2**61 ns and a sum of eight of
+  (``summary.require_plausible_times``); durations then reach 2**61 ns and a sum of eight of
   them passes 2**63. Those sums must come out exact (128-bit), not as an internal error (exit 3)
   nor silently wrapped (the per-name ``ranges`` summary once printed a wrapped sum, exit 0).
 * Item 16: two launch calls on one thread with the same start time made the projection pick
@@ -26,7 +26,7 @@ import pytest
 
 import specnsys
 from specnsys.attribution.projection import nvtx_gpu_projection
-from specnsys.ingest.quality import MAX_ABS_TIME_NS
+from specnsys.ingest.summary import MAX_ABS_TIME_NS
 from specnsys.testing import NsysExportBuilder
 from tests.conftest import CORPUS, sha256
 

@@ -10,8 +10,8 @@ order them by a unique key that states the semantics. The lookups and what keeps
   (thread, instant). Simultaneous starts were once ordered by depth first, which is not
   comparable across NVTX domains (each has its own stack): a range of another domain nested
   in time inside a deeper one took the wrong phase, and after it closed no phase at all.
-* NVTX nesting (:func:`specnsys.ingest.model.nvtx_nesting`): the parent join is keyed by the
-  unique start rank of the sorted sweep.
+* NVTX nesting (:func:`specnsys.ingest.nvtx_nesting.nvtx_nesting`): the parent join is keyed
+  by the unique start rank of the sorted sweep.
 * launching call of a GPU op (:mod:`specnsys.attribution.launch`): the calls' keys are made
   unique first (earliest call per ``(pid, correlation id)``, ties by end, thread and name).
 * ``output_tokens`` mark of a request (:mod:`specnsys.metrics.requests`): marks of one

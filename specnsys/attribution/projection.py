@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.attribution.intervals import islands_sql
-from specnsys.ingest.quality import MAX_ABS_TIME_NS
+from specnsys.ingest.summary import MAX_ABS_TIME_NS
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace

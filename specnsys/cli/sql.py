@@ -34,7 +34,7 @@ import polars as pl
 
 from specnsys.errors import UsageError
 from specnsys.ingest import cache, open_trace
-from specnsys.ingest.model import to_arrow
+from specnsys.ingest.arrow_values import to_arrow
 from specnsys.ingest.readonly_sql import check_output_path, lock_down
 
 if TYPE_CHECKING:

@@ -31,13 +31,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from specnsys.errors import SpecnsysWarning
 from specnsys.ingest.model import MODEL_VERSION
 
 MANIFEST = "manifest.json"
-
-
-class SpecnsysWarning(UserWarning):
-    """Something was skipped or degraded; the answer is still given."""
 
 
 def cache_root() -> Path:
@@ -75,7 +72,7 @@ class CacheKey:
 
 #: Bytes of each end of a cached file that its digest covers: the Parquet magic at the start,
 #: the footer (schema, row-group offsets and statistics) at the end. Hashing whole files would
-#: cost the warm path about 3 ms per MB (blake2b, measured: 201 ms per 64 MiB).
+#: cost the warm path time in proportion to the cache's size (docs/performance.md#cache-checks).
 CHECK_HEAD_BYTES = 4096
 CHECK_TAIL_BYTES = 1 << 16
 
@@ -310,8 +307,8 @@ def write_derived(folder: Path, kind: str, key: dict, value: dict) -> None:
     the entry, so it goes stale and is dropped with it. Best effort: a cache that cannot be
     written only costs the recomputation next time."""
     target = _derived_file(folder, kind, key)
-    # dumps then one write: json.dump encodes chunk by chunk, 4-5x slower on an analysis with
-    # a row per request (0.74 s against 0.16 s for the 9 MB one of 91k requests)
+    # dumps then one write: json.dump encodes chunk by chunk, several times slower on an
+    # analysis with a row per request (docs/performance.md#cache-checks)
     text = json.dumps({"key": key, "value": value}, default=str)
     tmp: str | None = None
     try:

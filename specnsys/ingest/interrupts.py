@@ -2,8 +2,8 @@
 
 DuckDB 2.0 runs a query with the GIL released and does not look at Python's signal flag while
 it runs, so the KeyboardInterrupt that the signal handler raises waits for the query to end
-(measured: a 10 s query, Ctrl-C after 1 s, ended after 10.2 s). ``connection.interrupt()``
-stops it at once (1.0 s), from any thread. specnsys's DuckDB connections are registered here,
+(docs/performance.md#interrupting-a-query). ``connection.interrupt()`` stops it at once, from
+any thread. specnsys's DuckDB connections are registered here,
 and the CLI's signal watcher calls :func:`interrupt_queries` from its own thread when a signal
 arrives; the handler's KeyboardInterrupt then surfaces where the query returns.
 """

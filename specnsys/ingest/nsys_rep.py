@@ -2,7 +2,7 @@
 
 With a cache, the export goes into its ``exports`` folder, keyed like the model cache on the
 report's identity (path, size, mtime, and the digest of its device, inode, ctime and ends: see
-:func:`~specnsys.ingest.sqlite_reader.file_identity`), so the report itself is never touched,
+:func:`~specnsys.ingest.input_file.file_identity`), so the report itself is never touched,
 a second open reuses the export and a rewritten report (even one of the same size and mtime) is
 exported afresh. Without one (``--no-cache``, or a cache folder that cannot be used), it goes
 into a private temporary folder that the trace removes when it is closed; one left by a killed
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from specnsys.errors import BadInputError
-from specnsys.ingest.sqlite_reader import file_identity, require_unchanged, stat_input
+from specnsys.ingest.input_file import file_identity, require_unchanged, stat_input
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 EXPORT_TIMEOUT_S = 1800

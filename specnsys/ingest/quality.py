@@ -20,18 +20,14 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys import __version__
-from specnsys.errors import BadInputError, SpecnsysError
-from specnsys.ingest.cache import SpecnsysWarning
+from specnsys.errors import SpecnsysError, SpecnsysWarning
 from specnsys.ingest.keys import packed_key
 from specnsys.ingest.sqlite_reader import SqliteExport
 from specnsys.vocabulary import API_CALL_EVENT_CLASSES, API_CALL_SQL
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import duckdb
 
-    from specnsys.ingest.summary import TraceSummary
     from specnsys.ingest.trace import Trace
 
 _GPU_OPS = """(
@@ -108,23 +104,6 @@ CORE_COLUMNS = {
 }
 
 
-#: A time further than this from the session start (36.5 years) is garbage, not a measurement;
-#: below it, differences and sums of a few durations stay within int64 nanoseconds.
-MAX_ABS_TIME_NS = 1 << 60
-
-
-def require_plausible_times(summary: TraceSummary, path: Path) -> None:
-    """Refuse an export whose event times lie beyond +-2**60 ns (36.5 years) of the session
-    start: no real capture has them, and 64-bit sums over them overflow (found by the
-    property tests), so any number computed from them would be wrong."""
-    lo, hi = summary.span_start_ns, summary.span_end_ns
-    if (lo is not None and lo < -MAX_ABS_TIME_NS) or (hi is not None and hi > MAX_ABS_TIME_NS):
-        raise BadInputError(
-            f"{path}: event times out of range ({lo} to {hi} ns from the session start, "
-            f"beyond +-2^60 ns = 36.5 years): a corrupt export"
-        )
-
-
 #: Version of the checks, part of the key of the notes kept in the trace cache: bump it when
 #: a check is added or changed.
 QUALITY_VERSION = 1
@@ -163,11 +142,8 @@ def data_warnings_beside(trace: Trace) -> Iterator[Callable[[], list[str]]]:
     block analyzes the trace; the block gets a function that returns the notes.
 
     The analysis leaves part of the machine idle (one query's serial steps, Python between
-    queries), which the checks fill: on the cached 2M-kernel bench export, analysis and
-    checks took a median 2.30 s against 2.39 s one after the other (8 new processes each;
-    in one process, 2.12 against 2.26 s). The checks' SQL runs on a cursor of the trace's
-    connection. Where nothing is
-    left to compute (notes stored with the cache), or the model is in memory (its tables
+    queries), which the checks fill (docs/performance.md#data-checks). The checks'
+    SQL runs on a cursor of the trace's connection. Where nothing is left to compute (notes stored with the cache), or the model is in memory (its tables
     are registered on the trace's connection, and a cursor does not see them), the notes
     are computed as the block ends. Either way they are ready when the block has ended
     (while the trace is still open): call the function then."""
@@ -200,10 +176,9 @@ def data_warnings_beside(trace: Trace) -> Iterator[Callable[[], list[str]]]:
 def _launch_counts(trace: Trace) -> dict[str, int] | None:
     """``gpu_unlaunched`` and ``shared_correlation`` on the packed (pid, correlation id) key
     (:mod:`.keys`), or None when some launching call's pair does not pack (the two-column SQL
-    of :data:`_CHECKS` then counts them). On the 20M kernels and 22M calls of the largest
-    bench export, run alone: 1.5 s against 6.3 s for the two SQL queries (a hash anti-join
-    and a two-column group-by over every call); all checks after the analysis: 3.1 s against
-    6.9 s. Shared ids are counted on the sorted keys, where they sit side by side
+    of :data:`_CHECKS` then counts them): a fraction of the time of the two SQL queries (a
+    hash anti-join and a two-column group-by over every call) on tens of millions of calls
+    (docs/performance.md#data-checks). Shared ids are counted on the sorted keys, where they sit side by side
     (correlation ids mostly grow with time, so the sort is cheap)."""
     calls = (
         trace.table("runtime")

@@ -1,25 +1,25 @@
-"""Read-only access to an nsys SQLite export: validation, discovery and bulk reads into Arrow.
+"""Read-only access to an nsys SQLite export: discovery and bulk reads into Arrow.
 
 The export is never written to: every connection is opened through a ``mode=ro&immutable=1``
 URI (SQLite then neither writes nor locks the file), and the file is checked before SQLite sees
-it, so that a truncated copy or a file of another kind gets a clear one-line error.
+it (:mod:`specnsys.ingest.input_file`), so that a truncated copy or a file of another kind gets
+a clear one-line error.
 
-Bulk reads use connectorx, which steps SQLite and fills Arrow arrays in Rust without creating
-a Python object per value, with the GIL released (so rowid slices read on all cores). It
-costs 20-40% less CPU per value than Arrow's own SQLite driver (ADBC), measured on the
-2-million-kernel bench export (about 77 ns per value, against 44 ns for SQLite totalling it).
-Its connection string carries the whole ``mode=ro&immutable=1`` URI, percent-encoded, so the
-file is opened ``O_RDONLY`` without locks. connectorx infers a column's type from the first
-row, so each query starts with one typed row of constants (dropped after the read): the Arrow
-type never depends on the data. Text is read as ``BLOB`` (SQLite hands over its bytes as
-stored) and decoded here, because a TEXT read of invalid UTF-8 fails the whole query. Numbers
-are read as stored; a value of another storage class than its column's (text or a real in an
-integer column: SQLite keeps whatever it was given) fails the read, and that slice is read again
-with every column through an explicit ``CAST``, which converts it as SQLite does. The ``CAST``
-is not in the first read because it costs 12-20% of the read when no value needs it (the
-kernels of the 2-million-kernel bench export). Each value still costs the reader tens of
-nanoseconds, NULL or not, so columns the model only ever coalesces are coalesced inside SQLite
-and read as one (see :class:`RawColumn`).
+Bulk reads use connectorx, which steps SQLite and fills Arrow arrays in Rust without creating a
+Python object per value, with the GIL released (so rowid slices read on all cores). It costs
+less CPU per value than Arrow's own SQLite driver, ADBC (see
+docs/performance.md#reading-the-export). Its connection string carries the whole
+``mode=ro&immutable=1`` URI, percent-encoded, so the file is opened ``O_RDONLY`` without locks.
+connectorx infers a column's type from the first row, so each query starts with one typed row of
+constants (dropped after the read): the Arrow type never depends on the data. Text is read as
+``BLOB`` (SQLite hands over its bytes as stored) and decoded here, because a TEXT read of
+invalid UTF-8 fails the whole query. Numbers are read as stored; a value of another storage
+class than its column's (text or a real in an integer column: SQLite keeps whatever it was
+given) fails the read, and that slice is read again with every column through an explicit
+``CAST``, which converts it as SQLite does. The ``CAST`` is not in the first read because it
+costs a good part of the read when no value needs it (docs/performance.md#reading-the-export).
+Each value still costs the reader time, NULL or not, so columns the model only ever coalesces
+are coalesced inside SQLite and read as one (see :class:`RawColumn`).
 
 Big tables are never read whole: :meth:`SqliteExport.iter_reads` cuts each table into rowid
 slices, reads (and optionally transforms) a few of them ahead on one thread pool shared by
@@ -29,11 +29,9 @@ of the export.
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import sqlite3
-import stat
 import threading
 import urllib.parse
 import warnings
@@ -44,13 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from specnsys.errors import BadInputError
+from specnsys.errors import BadInputError, SpecnsysWarning
+from specnsys.ingest.input_file import validate_sqlite_file
 
 if TYPE_CHECKING:  # pyarrow loads on the first read: opening a cached model never needs it
     import pyarrow as pa
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-SQLITE_HEADER_SIZE = 100
 
 ColumnKind = Literal["int", "real", "text"]
 
@@ -122,74 +118,6 @@ _SQL_TYPES: dict[ColumnKind, tuple[str, str]] = {
     "real": ("REAL", "0.0"),
     "text": ("BLOB", "X''"),
 }
-
-
-def validate_sqlite_file(path: Path) -> None:
-    """Fail with a one-line :class:`BadInputError` unless *path* looks like a whole SQLite file.
-
-    Checks the 100-byte header: the magic string, the page size and the database size it
-    records, so a copy cut short is reported as truncated instead of as a malformed-image error
-    half-way through a read.
-    """
-    st = stat_input(path)
-    if stat.S_ISDIR(st.st_mode):
-        raise BadInputError(f"{path}: is a directory, expected an nsys .sqlite export")
-    if not stat.S_ISREG(st.st_mode):
-        raise BadInputError(f"{path}: not a regular file")
-    size = st.st_size
-    try:
-        with path.open("rb") as handle:
-            header = handle.read(SQLITE_HEADER_SIZE)
-    except OSError as exc:
-        raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if size == 0:
-        raise BadInputError(f"{path}: empty file (0 bytes), not an nsys export")
-    if not header.startswith(SQLITE_MAGIC):
-        raise BadInputError(
-            f"{path}: not an SQLite database (expected an nsys .sqlite export or .nsys-rep report)"
-        )
-    if len(header) < SQLITE_HEADER_SIZE:
-        raise BadInputError(f"{path}: truncated SQLite file ({size} bytes, header incomplete)")
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    page_count = int.from_bytes(header[28:32], "big")
-    change_counter = header[24:28]
-    version_valid_for = header[92:96]
-    # The in-header size is only authoritative when the two counters agree (SQLite docs §1.3.7).
-    if page_count and change_counter == version_valid_for and size < page_size * page_count:
-        raise BadInputError(
-            f"{path}: truncated SQLite file ({size} bytes, header says "
-            f"{page_size * page_count} bytes)"
-        )
-    # immutable=1 reads ignore a write-ahead log: committed rows still in it would be missed.
-    wal = path.resolve().with_name(path.resolve().name + "-wal")
-    if header[18] == 2 and wal.is_file() and wal.stat().st_size > 0:
-        raise BadInputError(
-            f"{path}: has committed changes not yet in the file (in {wal.name}); close the "
-            "program writing it, or run sqlite3 on it with 'PRAGMA wal_checkpoint', and retry"
-        )
-
-
-def stat_input(path: Path) -> os.stat_result:
-    """``os.stat`` of an input path, every failure a one-line :class:`BadInputError`.
-
-    A folder on the path without search permission makes ``stat`` itself fail (EACCES),
-    before any open: it is said so, not left to escape as an internal error.
-    """
-    try:
-        return os.stat(path)
-    except FileNotFoundError:
-        if os.path.islink(path):
-            raise BadInputError(f"{path}: broken symbolic link") from None
-        raise BadInputError(f"{path}: no such file") from None
-    except PermissionError:
-        raise BadInputError(
-            f"{path}: permission denied (a folder on its path cannot be searched)"
-        ) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise BadInputError(f"{path}: symbolic link loop") from None
-        raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -349,7 +277,7 @@ class SqliteExport:
         for column, bad in bad_utf8.items():
             warnings.warn(
                 f"{bad} value(s) of {column} are not valid UTF-8; invalid bytes shown as U+FFFD",
-                _warning_category(),
+                SpecnsysWarning,
                 stacklevel=2,
             )
 
@@ -413,7 +341,7 @@ class SqliteExport:
 
         # Two subqueries, each a single B-tree seek: SQLite's min/max optimization applies only
         # to a query with one aggregate, and ``SELECT min(rowid), max(rowid)`` scans the whole
-        # table (0.25 s per 2 million kernels from the page cache, serial, before any read).
+        # table (serial, before any read; docs/performance.md#reading-the-export).
         lo, hi = self._query(
             f"SELECT (SELECT min(rowid) FROM {_quote(table)}), (SELECT max(rowid) FROM {_quote(table)})"
         )[0]
@@ -456,8 +384,8 @@ class SqliteExport:
 
 
 def _empty_table(schema: pa.Schema) -> pa.Table:
-    """A table of no rows: ``schema.empty_table()`` imports pandas (0.2-0.4 s, for its
-    metadata), this does not."""
+    """A table of no rows: ``schema.empty_table()`` imports pandas for its metadata
+    (docs/performance.md#import-costs), this does not."""
     import pyarrow as pa
 
     return pa.Table.from_batches([], schema=schema)
@@ -522,56 +450,3 @@ def _valid_utf8(values: pa.ChunkedArray) -> tuple[pa.ChunkedArray, int]:
             fixed.append(value.decode("utf-8", "replace"))
             bad += 1
     return pa.chunked_array([pa.array(fixed, pa.string())]), bad
-
-
-def _warning_category() -> type[Warning]:
-    from specnsys.ingest.cache import SpecnsysWarning
-
-    return SpecnsysWarning
-
-
-FINGERPRINT_BYTES = 1 << 16
-
-
-def file_identity(path: Path) -> tuple[int, int, str]:
-    """(size, mtime in ns, digest of device, inode, ctime and the first and last 64 KiB) of
-    *path*.
-
-    Size and mtime catch ordinary rewrites; the digest (which covers SQLite's header, with its
-    change counter, and the last pages written) catches a rewrite that kept both, at the cost
-    of two small reads instead of hashing a multi-GB file. A failure to stat or read is a
-    one-line :class:`BadInputError` (the file vanished or its folder was locked meanwhile).
-    """
-    import hashlib
-
-    st = stat_input(path)
-    digest = hashlib.blake2b(digest_size=16)
-    # ctime cannot be set back from user space (os.utime sets only atime/mtime), and any write
-    # to the file moves it: a rewrite that kept size, mtime and both ends is still caught.
-    digest.update(f"{st.st_dev}:{st.st_ino}:{st.st_ctime_ns}:".encode())
-    try:
-        with path.open("rb") as handle:
-            digest.update(handle.read(FINGERPRINT_BYTES))
-            if st.st_size > FINGERPRINT_BYTES:
-                handle.seek(max(FINGERPRINT_BYTES, st.st_size - FINGERPRINT_BYTES))
-                digest.update(handle.read(FINGERPRINT_BYTES))
-    except OSError as exc:
-        raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return st.st_size, st.st_mtime_ns, digest.hexdigest()
-
-
-def require_unchanged(path: Path, identity: tuple[int, int, str]) -> None:
-    """Raise a one-line :class:`BadInputError` unless *path* still has *identity* (taken by
-    :func:`file_identity` before the first read).
-
-    The reads open the file by name, one connection per slice: an export replaced by rename
-    or rewritten in place while they run would give a model made of both files. The same
-    identity after the last read (same inode on the same device, same ctime, which any write
-    or rename moves, same ends) means every read saw the one file.
-    """
-    try:
-        now = file_identity(path)
-    except BadInputError:
-        now = None
-    if now != identity:
-        raise BadInputError(f"{path} changed while it was read; run again")

@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from specnsys.errors import BadInputError
 from specnsys.ingest.schema import SchemaVersion
 from specnsys.vocabulary import ACCEPTED_MARK, API_CALL_SQL, DOMAIN, PROPOSED_MARK
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import duckdb
 
 SPAN_TABLES = ("nvtx", "runtime", "kernels", "memcpy", "memset", "graphs", "sync")
@@ -60,6 +63,23 @@ class TraceSummary:
         data["version"] = SchemaVersion(**data["version"])
         data["capabilities"] = {k: Capability(**v) for k, v in data["capabilities"].items()}
         return cls(**data)
+
+
+#: A time further than this from the session start (36.5 years) is garbage, not a measurement;
+#: below it, differences and sums of a few durations stay within int64 nanoseconds.
+MAX_ABS_TIME_NS = 1 << 60
+
+
+def require_plausible_times(summary: TraceSummary, path: Path) -> None:
+    """Refuse an export whose event times lie beyond +-2**60 ns (36.5 years) of the session
+    start: no real capture has them, and 64-bit sums over them overflow (found by the
+    property tests), so any number computed from them would be wrong."""
+    lo, hi = summary.span_start_ns, summary.span_end_ns
+    if (lo is not None and lo < -MAX_ABS_TIME_NS) or (hi is not None and hi > MAX_ABS_TIME_NS):
+        raise BadInputError(
+            f"{path}: event times out of range ({lo} to {hi} ns from the session start, "
+            f"beyond +-2^60 ns = 36.5 years): a corrupt export"
+        )
 
 
 def summarize(

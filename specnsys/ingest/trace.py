@@ -21,30 +21,24 @@ import polars as pl
 
 from specnsys.errors import UsageError
 from specnsys.ingest import cache
+from specnsys.ingest.build import SCRATCH_PREFIX, build_model
+from specnsys.ingest.input_file import file_identity, require_unchanged, validate_sqlite_file
 from specnsys.ingest.interrupts import interruptible
-from specnsys.ingest.model import (
+from specnsys.ingest.memory_limits import (
     ANALYSIS_MEMORY_FRACTION,
     ANALYSIS_MEMORY_MIN,
-    MODEL_TABLES,
-    SCRATCH_PREFIX,
-    build_model,
     duckdb_memory_limit,
 )
+from specnsys.ingest.model import MODEL_TABLES
 from specnsys.ingest.nsys_rep import EXPORT_PREFIX, export_report_if_needed
-from specnsys.ingest.quality import require_plausible_times
 from specnsys.ingest.readonly_sql import check_read_only
 from specnsys.ingest.schema import (
     detect_version,
     require_events,
     require_nsys_tables,
 )
-from specnsys.ingest.sqlite_reader import (
-    SqliteExport,
-    file_identity,
-    require_unchanged,
-    validate_sqlite_file,
-)
-from specnsys.ingest.summary import TraceSummary, summarize
+from specnsys.ingest.sqlite_reader import SqliteExport
+from specnsys.ingest.summary import TraceSummary, require_plausible_times, summarize
 
 if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run needs neither)
     import duckdb
@@ -192,9 +186,8 @@ def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConne
     trace that corrupts ``--json`` output), and spills to ``.tmp`` in the working directory by
     default (writing beside whatever the user ran from); both are turned away here. With
     *export_bytes*, its memory is limited in proportion to the export (see
-    :func:`~specnsys.ingest.model.duckdb_memory_limit`): measured on 6.3 million kernels, a
-    limit of 2 GB instead of DuckDB's default cut the analysis' peak RSS from 5.6 to 2.2 GB
-    for 26% more time.
+    :func:`~specnsys.ingest.memory_limits.duckdb_memory_limit`), trading some time for a
+    much lower peak (docs/performance.md#memory-limits).
     """
     import duckdb
 
