@@ -220,9 +220,8 @@ def _merge_launches(ops: pl.LazyFrame, calls: pl.DataFrame, left: str, right: st
 
     Both sides sorted by key, then an as-of join kept only where the keys are equal: a merge
     that reads memory in order. Correlation ids grow with time, so both sides come nearly
-    sorted and their sorts are cheap. On the 20M ops and 22M calls of the largest bench
-    export: 1.9-2.3 s against 3.3-4.8 s for the hash join (which probes a table of every
-    call at random), on the 6.3M one 0.58-0.69 s against 0.77-0.99 s.
+    sorted and their sorts are cheap; a hash join probes a table of every call at random and
+    was slower on the large bench exports (docs/performance.md#attribution-and-metrics).
     """
     match = "__launch_key"
     # Tie-safe: the calls' keys are unique (attributed_gpu_ops keeps one call per key).
@@ -245,8 +244,8 @@ def _merge_launches(ops: pl.LazyFrame, calls: pl.DataFrame, left: str, right: st
     ).collect()
 
 
-#: The packed (pid, correlation id) join key (:mod:`specnsys.ingest.keys`): joining 20M GPU
-#: ops with 22M calls on it took 4.8-5.9 s, on the two columns 7.8-11.1 s.
+#: The packed (pid, correlation id) join key (:mod:`specnsys.ingest.keys`): one 64-bit column
+#: joins faster than the two (docs/performance.md#attribution-and-metrics).
 _KEY = "__pid_correlation"
 
 

@@ -137,8 +137,8 @@ def nvtx_gpu_projection(trace: Trace) -> pl.DataFrame:
     ``proj_duration`` (span of its GPU ops), ``gpu_ops`` (distinct correlation ids), and
     ``gpu_busy_ns`` (union of its ops' intervals).
     """
-    # through the Arrow C stream, not ``.pl()``: that imports pyarrow (0.24 s measured, a
-    # third of a warm ``specnsys ranges`` on the 2-GPU corpus exports)
+    # through the Arrow C stream, not ``.pl()``: that imports pyarrow, a large part of a warm
+    # ``specnsys ranges`` (docs/performance.md#attribution-and-metrics)
     return pl.DataFrame(trace.connection.sql(_PROJECTION_SQL))
 
 

@@ -38,9 +38,9 @@ __all__ = ["acceptance_from_pairs", "acceptance_stats"]
 def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
     """(proposed, accepted) pairs, plus the counts of proposed and accepted marks.
 
-    The marks come as a flag and a payload, not their names, and are ordered in Polars: on
-    the 585k marks of the 2M-kernel bench export 0.11 s against 0.17 s through
-    :func:`~specnsys.metrics.events.marks` (names as strings, ordered in SQL)."""
+    The marks come as a flag and a payload, not their names, and are ordered in Polars, which
+    was faster than :func:`~specnsys.metrics.events.marks` (names as strings, ordered in SQL;
+    docs/performance.md#attribution-and-metrics)."""
     columns = (
         f"id, start AS t, global_tid AS gtid, text = '{PROPOSED_MARK}' AS is_proposed, "
         "payload_int AS value"

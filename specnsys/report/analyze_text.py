@@ -30,8 +30,8 @@ def render_json(doc: Any) -> str:
     """Strict JSON (no NaN/Infinity: the metrics use null for what is not available), indented
     by two spaces, except that a long list of objects (the per-request rows, 91k on the
     largest bench export) has one compact object per line: easier to scan and grep, and
-    faster to write, as Python's indenting encoder is pure Python and the compact one C (the
-    analysis of the 20M-kernel export: 0.29 s against 0.51-0.57 s)."""
+    faster to write, as Python's indenting encoder is pure Python and the compact one C
+    (docs/performance.md#attribution-and-metrics)."""
     marker = f"\x00rows-{uuid.uuid4().hex}-"  # cannot occur in the data
     blocks: list[list[Any]] = []
 
