@@ -1,5 +1,8 @@
 """NVTX annotation API for speculative-decoding loops (docs/design.md#phases).
 
+(Over 500 lines on purpose: it is the one module users import, as ``sa``, and its parts --
+ranges, marks, method patching, the no-collector fast path -- share the cached NVTX handles.)
+
 Users wrap the phases of their own generation loop in ranges of the fixed phase vocabulary,
 in the NVTX domain ``specnsys``, so that ``specnsys`` can attribute every nanosecond of an
 Nsight Systems trace to a phase::

@@ -185,6 +185,18 @@ WHERE launch.rid = CUPTI_ACTIVITY_KIND_RUNTIME.rowid AND launch.n % 2 = 0
 """
 
 
+def tied_start_groups(path: Path) -> int:
+    """How many (thread, start) pairs of the export at *path* hold more than one runtime call."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(con.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+            "GROUP BY globalTid, start HAVING count(*) > 1)"
+        ).fetchone()[0])
+    finally:
+        con.close()
+
+
 def tie_copy(source: Path, target: Path) -> Path:
     """Copy *source* to *target* and give the copy tied launch starts (never the source)."""
     shutil.copyfile(source, target)
@@ -203,12 +215,7 @@ def test_tied_corpus_copy_is_deterministic_and_equals_nsys(tmp_path: Path) -> No
     before = sha256(TIED_SOURCE)
     path = tie_copy(TIED_SOURCE, tmp_path / "tied.sqlite")
     assert sha256(TIED_SOURCE) == before
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    ties = con.execute(
-        "SELECT count(*) FROM (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-        "GROUP BY globalTid, start HAVING count(*) > 1)"
-    ).fetchone()[0]
-    con.close()
+    ties = tied_start_groups(path)
     assert ties > 1000
     ref = pl.read_csv(gzip.decompress(TIED_GOLDEN.read_bytes()), infer_schema_length=0).select(
         pl.col("RangeId").cast(pl.Int64).alias("range_id"),

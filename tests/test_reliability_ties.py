@@ -45,7 +45,7 @@ from specnsys.attribution.timeline import exclusive_phase_times
 from specnsys.metrics.events import Scope, mark_phases, resolve
 from specnsys.metrics.requests import request_latencies
 from specnsys.testing import NsysExportBuilder
-from tests.test_reliability_numbers import TIED_SOURCE, tie_copy
+from tests.test_reliability_numbers import TIED_SOURCE, tie_copy, tied_start_groups
 
 THREADS = ("1", "2", "1", "2")  # POLARS_MAX_THREADS of the fresh processes compared
 
@@ -324,12 +324,7 @@ def _coarse_copy(source: Path, target: Path, quantum: int = 1000) -> Path:
 @pytest.mark.parametrize("make", [tie_copy, _coarse_copy], ids=["tied-launches", "coarse-clock"])
 def test_phases_of_a_tied_corpus_copy_are_identical_in_fresh_processes(make, tmp_path) -> None:
     path = make(TIED_SOURCE, tmp_path / "copy.sqlite")
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    ties = con.execute(
-        "SELECT count(*) FROM (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-        "GROUP BY globalTid, start HAVING count(*) > 1)"
-    ).fetchone()[0]
-    con.close()
+    ties = tied_start_groups(path)
     assert ties > 100
     out = _same_in_fresh_processes("phases", "--rules", "nvtx", str(path))
     assert sum(v["wall_ns"] for v in out["phases"].values()) == out["window_ns"]
