@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specnsys.errors import BadInputError, UsageError
+from specnsys.errors import BadInputError, SpecnsysWarning, UsageError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -72,8 +72,6 @@ def resolve_rules(spec: PhaseRules | str | Path | None) -> PhaseRules | None:
 def warn(result: Any) -> None:
     """Issue each of *result*'s data warnings as a :class:`SpecnsysWarning` (what the CLI
     prints as ``specnsys: warning: PATH: note`` after the result)."""
-    from specnsys.ingest.cache import SpecnsysWarning
-
     for text in result.data_warnings:
         warnings.warn(text, SpecnsysWarning, stacklevel=2)
 

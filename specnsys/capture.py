@@ -256,7 +256,7 @@ class _Capture:
         self.id = uuid.uuid4().hex
         self.base = base
         self.started = time.time()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.seen: dict[int, _Proc] = {}  # every process of the capture noticed so far
         self.configs: set[Path] = set()  # nsys's injection configs named in their environment
         temp_root = Path(tempfile.gettempdir())
@@ -343,7 +343,8 @@ class _Capture:
     def _scan(self) -> dict[int, _Proc]:
         """The capture's live processes; notes them and the nsys files their environment names."""
         unreaped = self.proc is not None and self.proc.returncode is None
-        members = _members(_live_processes(), self.id, self.proc.pid if unreaped else None)
+        nsys_pid = self.proc.pid if unreaped and self.proc is not None else None
+        members = _members(_live_processes(), self.id, nsys_pid)
         self.seen.update(members)
         for p in members.values():
             self.configs.update(Path(m.decode()) for m in _INJECTION_CONFIG.findall(p.environ))

@@ -105,7 +105,7 @@ class TimelineLanes:
         }
 
 
-def _rows(trace: Trace, sql: str, prm: dict[str, Any]) -> list[tuple]:
+def _rows(trace: Trace, sql: str, prm: dict[str, Any]) -> list[tuple[Any, ...]]:
     return trace.connection.execute(sql, prm).fetchall()
 
 

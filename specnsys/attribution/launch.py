@@ -14,7 +14,7 @@ memory grow with the number of rows, not with ranges x ops.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
@@ -167,6 +167,7 @@ def attributed_gpu_ops(
     # One process: its ids alone are the key (a one-column hash join is much cheaper). Every
     # process: (pid, id) packed into one integer when every call's pair packs.
     packed = pid is None and _packs(calls)
+    keys: _JoinKeys
     if packed:
         calls = calls.with_columns(_packed_key("rt_pid", "rt_corr"))
         keys = {"on": _KEY}
@@ -174,8 +175,10 @@ def attributed_gpu_ops(
         keys = {"left_on": ["correlation_id"], "right_on": ["rt_corr"]}
     else:
         keys = {"left_on": ["pid", "correlation_id"], "right_on": ["rt_pid", "rt_corr"]}
-    right = [_KEY] if packed else keys["right_on"]
-    distinct = calls.select(pl.struct(right).n_unique() if len(right) > 1 else pl.col(right[0]).n_unique())
+    call_keys = [_KEY] if packed else keys["right_on"]
+    distinct = calls.select(
+        pl.struct(call_keys).n_unique() if len(call_keys) > 1 else pl.col(call_keys[0]).n_unique()
+    )
     if int(distinct.item()) != calls.height:  # an id shared by several calls: the first wins
         if not {"api_end", "api_name"} <= set(calls.columns):  # lean: the order needs them (rare)
             full = attributed_runtime(trace, index, pid, details=True)
@@ -185,10 +188,10 @@ def attributed_gpu_ops(
         # the earliest call; ties by end, thread, then name: calls equal in all four are equal
         # in every column kept, so the pick never depends on the (unspecified) row order
         calls = calls.sort(["api_start", "api_end", "api_global_tid", "api_name"]).unique(
-            subset=right, keep="first", maintain_order=True
+            subset=call_keys, keep="first", maintain_order=True
         )
         if not details:
-            calls = calls.select(*right, "api_start", "phase")
+            calls = calls.select(*call_keys, "api_start", "phase")
     ops = _ops(trace, pid, window, details, wanted)
     if packed:  # the same columns come out as from the two-column join
         ops = ops.with_columns(_packed_key("pid", "correlation_id"))
@@ -214,6 +217,22 @@ def attributed_gpu_ops(
     )
 
 
+class _JoinKeys(TypedDict, total=False):
+    """The key arguments of a ``join``: one shared column, or a list on each side."""
+
+    on: str
+    left_on: list[str]
+    right_on: list[str]
+
+
+class _AsofKeys(TypedDict, total=False):
+    """The key arguments of a ``join_asof``: one shared column, or one on each side."""
+
+    on: str
+    left_on: str
+    right_on: str
+
+
 def _merge_launches(ops: pl.LazyFrame, calls: pl.DataFrame, left: str, right: str) -> pl.DataFrame:
     """*ops* with the columns of the call whose key *right* equals their key *left* (NULL
     where none does; the calls' keys are unique), in no particular order.
@@ -226,7 +245,7 @@ def _merge_launches(ops: pl.LazyFrame, calls: pl.DataFrame, left: str, right: st
     match = "__launch_key"
     # Tie-safe: the calls' keys are unique (attributed_gpu_ops keeps one call per key).
     table = calls.with_columns(pl.col(right).alias(match)).sort(right)
-    on = {"on": left} if left == right else {"left_on": left, "right_on": right}
+    on: _AsofKeys = {"on": left} if left == right else {"left_on": left, "right_on": right}
     found = pl.col(match) == pl.col(left)
     keyed = (
         ops.filter(pl.col(left).is_not_null())

@@ -232,7 +232,9 @@ class PhaseIndex:
 
 def phase_ranges(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> pl.DataFrame:
     """The phase ranges of *rules* as a frame: ``id, gtid, pid, s, e, phase, depth``."""
-    return con.sql(f"SELECT id, gtid, pid, s, e, phase, depth FROM ({phase_ranges_sql(rules)})").pl()
+    sql = f"SELECT id, gtid, pid, s, e, phase, depth FROM ({phase_ranges_sql(rules)})"
+    frame: pl.DataFrame = con.sql(sql).pl()
+    return frame
 
 
 def create_phase_index(
@@ -252,8 +254,9 @@ def create_phase_index(
     del ranges
     if not for_sql:
         return PhaseIndex(None, points)
-    index = PhaseIndex(f"_specnsys_phase_map_{uuid.uuid4().hex}", points)
-    con.register(index.name, points.with_columns(pl.col("phase").cast(pl.String)).to_arrow())
+    name = f"_specnsys_phase_map_{uuid.uuid4().hex}"
+    index = PhaseIndex(name, points)
+    con.register(name, points.with_columns(pl.col("phase").cast(pl.String)).to_arrow())
     return index
 
 

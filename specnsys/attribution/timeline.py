@@ -141,7 +141,7 @@ FRAME_SCHEMA = {
 TIMELINE_VERSION = 2  # 2: range_counts
 
 
-def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple | None:
+def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
     rows = trace.connection.execute(sql, prm).fetchall()
     return rows[0] if rows else None
 
@@ -212,9 +212,9 @@ def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]
             WHERE pid = $pid AND phase = '{REQUEST}' AND (e IS NULL OR e >= s)""",
         {"pid": pid},
     )
-    requests = req is not None and req[2] > 0
-    if requests and not req[3]:
-        return int(req[0]), int(req[1])
+    requests = req if req is not None and req[2] > 0 else None  # the aggregate, when any
+    if requests is not None and not requests[3]:
+        return int(requests[0]), int(requests[1])
     span = _one(
         trace,
         f"""SELECT min(s), max(e) FROM (
@@ -228,8 +228,8 @@ def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]
     if span is None or span[0] is None:
         return 0, 0
     span_start, span_end = int(span[0]), int(span[1])
-    if requests:  # an unclosed request runs to the end of the span (which holds every request)
-        return int(req[0]), span_end
+    if requests is not None:  # an unclosed request runs to the end of the span (holding them all)
+        return int(requests[0]), span_end
     return span_start, span_end
 
 

@@ -8,7 +8,7 @@ from specnsys import api
 from specnsys.cli.common import add_rules_argument
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "analyze",
         help="bottleneck share p, Amdahl ceiling, acceptance, latency, bandwidth of one trace",

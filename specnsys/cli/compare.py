@@ -14,7 +14,7 @@ from specnsys import api
 from specnsys.cli.common import add_rules_argument
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "compare",
         help="baseline vs speculative run(s): p, r, predicted and measured speedup, phase deltas",

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from specnsys.ingest import open_trace
 from specnsys.report.info_text import render_info_json, render_info_text
 
+if TYPE_CHECKING:
+    from specnsys.ingest import Trace
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("info", help="what an export contains and what it can support")
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
 
-def cache_state(trace) -> str:  # noqa: ANN001 - a Trace
+def cache_state(trace: Trace) -> str:
     if trace.cache_folder is None:
         return "not used (analyzed from memory)"
     verb = "reused" if trace.from_cache else "written"

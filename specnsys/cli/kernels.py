@@ -8,7 +8,7 @@ from specnsys import api
 from specnsys.report.projection_text import render_frame_json, render_kernels_text
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("kernels", help="time per CUDA kernel (name, grid, block)")
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
     p.add_argument("--max-rows", type=int, default=30, help="rows in the table (default 30)")

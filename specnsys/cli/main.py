@@ -19,7 +19,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn, TextIO, cast
 
 from specnsys.errors import (
     EXIT_BAD_INPUT,
@@ -35,7 +35,14 @@ from specnsys.errors import (
 _PENDING_WARNINGS: list[str] = []
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     # Held until the command ends: printed after a result, dropped when the command fails, so
     # that a failure is always exactly one line on stderr.
     text = f"specnsys: warning: {message}"
@@ -44,7 +51,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and status 2, like every bad input
+    def error(self, message: str) -> NoReturn:  # one line and status 2, like every bad input
         print(f"specnsys: error: {message} (see specnsys --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
@@ -74,7 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-cache", action="store_true", help="do not read or write the columnar cache"
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # The commands use only ArgumentParser's interface (the action is invariant in its class).
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser),
+    )
     sub.required = True
     info.register(sub)
     sql.register(sub)
@@ -122,7 +133,7 @@ def _signals_interrupt() -> Iterator[None]:
     caller ignores (``nohup``, a background job) stay ignored; the caller's handlers return
     afterwards (the in-process test driver calls :func:`main` many times)."""
     _SIGNALLED.clear()
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     try:
         for signum in _HANDLED_SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -202,7 +213,8 @@ class _GuardedStdout:
 
     def write(self, text: str) -> int:
         with _stdout_errors():
-            return self._stream.write(text)
+            written: int = self._stream.write(text)
+            return written
 
     def flush(self) -> None:
         with _stdout_errors():

@@ -8,7 +8,7 @@ from specnsys import api
 from specnsys.report.phases_text import render_phases_json, render_phases_text
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("phases", help="exclusive wall time per phase, summing to the window")
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")

@@ -14,7 +14,7 @@ KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline")
 FORMATS = ("png", "svg")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plot",
         help="draw a figure (phases, amdahl, acceptance, sweep, timeline) as PNG or SVG",

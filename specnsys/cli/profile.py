@@ -8,7 +8,7 @@ import math
 from specnsys.capture import profile
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "profile",
         help="run a command under nsys profile and export the trace to SQLite",

@@ -8,7 +8,7 @@ from specnsys import api
 from specnsys.report.projection_text import render_frame_json, render_ranges_text
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "ranges", help="NVTX ranges projected onto the GPU (works without specnsys phases)"
     )

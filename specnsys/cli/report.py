@@ -9,7 +9,7 @@ from specnsys.cli.common import add_rules_argument, add_window_argument, check_o
 from specnsys.errors import UsageError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "report",
         help="self-contained HTML report: the answer, figures, what to cut first, tables",

@@ -16,7 +16,7 @@ from specnsys.report.schema_text import (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("schema", help="the model's tables and columns: types and meanings")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="one JSON object, for scripts")

@@ -28,7 +28,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import polars as pl
 
@@ -40,6 +40,7 @@ from specnsys.ingest.readonly_sql import check_output_path, lock_down
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
+    from duckdb.sqltypes import DuckDBPyType
 
 #: DuckDB types that Polars reads and writes as CSV without loss or panic.
 _PLAIN = frozenset(
@@ -56,7 +57,7 @@ _NOT_PARQUET = frozenset(
 _CELL_CHARS = 60  # longer table cells are cut (the other formats give the whole value)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sql",
         help="run DuckDB SQL over the model tables",
@@ -185,7 +186,7 @@ def _quoted(name: str) -> str:
 
 def _project(
     relation: duckdb.DuckDBPyRelation,
-    as_text: Callable[[duckdb.DuckDBPyType], bool],
+    as_text: Callable[[DuckDBPyType], bool],
     names: list[str] | None = None,
 ) -> duckdb.DuckDBPyRelation:
     """*relation*'s columns by position, those *as_text* picks cast to VARCHAR."""
@@ -197,13 +198,14 @@ def _project(
     return relation.project(", ".join(columns))
 
 
-def _type_ids(kind: duckdb.DuckDBPyType) -> Iterator[str]:
+def _type_ids(kind: DuckDBPyType) -> Iterator[str]:
     """The ids of *kind* and of every type nested in it."""
     yield str(kind.id)
     if kind.id in ("list", "array", "struct", "map", "union"):
         for _, child in kind.children:
             if not isinstance(child, int):
-                yield from _type_ids(child)
+                # the stubs allow a list of names too, which only an enum's children are
+                yield from _type_ids(cast("DuckDBPyType", child))
 
 
 def _render(relation: duckdb.DuckDBPyRelation, fmt: str, max_rows: int) -> str | pa.Table:
@@ -241,7 +243,8 @@ def text_table(frame: pl.DataFrame, right: list[bool], more: bool) -> str:
     )
     header = [" ".join(name.split()) for name in frame.columns]
     widths = [
-        max(len(title), int(cells[name].str.len_chars().max() or 0))
+        # a length column's max: an int, None when there are no rows
+        max(len(title), int(cast(int | None, cells[name].str.len_chars().max()) or 0))
         for title, name in zip(header, cells.columns, strict=True)
     ]
     padded = [

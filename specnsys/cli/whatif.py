@@ -12,7 +12,7 @@ from specnsys import api
 from specnsys.cli.common import add_rules_argument
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "whatif",
         help="Leviathan's expected speedup, the best k and the Amdahl-limited end-to-end result",

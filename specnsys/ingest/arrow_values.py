@@ -10,7 +10,7 @@ multi-column look-up is built from single-column ones.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import polars as pl
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # DuckDB and pyarrow load when a model is built: a warm run s
     import pyarrow as pa
 
 
-def arrow_values(values: list, dtype: pl.DataType) -> pa.Array:
+def arrow_values(values: list[object], dtype: pl.DataType | type[pl.DataType]) -> pa.Array:
     """Python *values* as an Arrow array, made by Polars: pyarrow's own conversion of Python
     objects (``pa.array``, a bare ``67`` given to a compute function) imports pandas when it
     is installed, which costs a cold run more than the constants are worth
@@ -28,6 +28,12 @@ def arrow_values(values: list, dtype: pl.DataType) -> pa.Array:
 
     array = pl.Series(values, dtype=dtype).to_arrow()
     return array.cast(pa.string()) if dtype == pl.String else array
+
+
+def arrow_frame(table: pa.Table) -> pl.DataFrame:
+    """*table* as a Polars DataFrame: ``pl.from_arrow`` is typed to return a Series too, which
+    only an Arrow array gives."""
+    return cast(pl.DataFrame, pl.from_arrow(table))
 
 
 def int64(value: int) -> pa.Scalar:

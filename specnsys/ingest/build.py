@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import polars as pl
-
 from specnsys.errors import BadInputError
-from specnsys.ingest.arrow_values import StringLookup, decoded, to_arrow
+from specnsys.ingest.arrow_values import StringLookup, arrow_frame, decoded, to_arrow
 from specnsys.ingest.interrupts import interruptible
 from specnsys.ingest.memory_limits import (
     BUILD_MEMORY_FRACTION,
@@ -56,7 +54,11 @@ if TYPE_CHECKING:  # DuckDB and pyarrow load when a model is built: a warm run s
     import pyarrow as pa
 
 
-def duckdb_config(export_bytes: int, scratch: Path | None) -> dict[str, str]:
+#: A DuckDB configuration, as ``duckdb.connect(config=...)`` takes it.
+DuckdbConfig = dict[str, str | bool | int | float | list[str]]
+
+
+def duckdb_config(export_bytes: int, scratch: Path | None) -> DuckdbConfig:
     """DuckDB settings for building a model: bounded memory, spilling only into *scratch*.
 
     Without a scratch folder spilling is off: DuckDB's default (``.tmp`` in the working
@@ -151,7 +153,7 @@ def _build_error(exc: Exception, export: SqliteExport) -> Exception | None:
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if duckdb is not None and isinstance(exc, duckdb.IOException):
         return OSError(detail)
-    out_of_range = (ValuesOutOfRange,)
+    out_of_range: tuple[type[Exception], ...] = (ValuesOutOfRange,)
     if duckdb is not None:
         out_of_range += (duckdb.OutOfRangeException, duckdb.ConversionException)
     if isinstance(exc, out_of_range):
@@ -264,7 +266,7 @@ def _prepare_nvtx(con: duckdb.DuckDBPyConnection, export: SqliteExport) -> NvtxC
         categories = to_arrow(con.sql(NVTX_CATEGORIES))
     finally:
         con.unregister("nvtx_definitions")
-    nesting = nvtx_nesting(pl.from_arrow(rows_of(NVTX_RANGE_COLUMNS, "59, 70", True)).lazy())
+    nesting = nvtx_nesting(arrow_frame(rows_of(NVTX_RANGE_COLUMNS, "59, 70", True)).lazy())
     return NvtxContext(domains, categories, nesting)
 
 

@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specnsys.errors import SpecnsysWarning
 from specnsys.ingest.model import MODEL_VERSION
@@ -106,7 +107,7 @@ def usable_root() -> Path | None:
     return root
 
 
-def _file_check(path: Path) -> dict:
+def _file_check(path: Path) -> dict[str, Any]:
     """Size and digest of both ends of one cached file (see :data:`CHECK_TAIL_BYTES`)."""
     digest = hashlib.blake2b(digest_size=16)
     with path.open("rb") as handle:
@@ -117,13 +118,13 @@ def _file_check(path: Path) -> dict:
     return {"size": size, "ends": digest.hexdigest()}
 
 
-def load_manifest(folder: Path, key: CacheKey) -> dict | None:
+def load_manifest(folder: Path, key: CacheKey) -> dict[str, Any] | None:
     """The manifest of a complete, undamaged entry for *key*, or None when there is none to
     reuse (absent, stale, damaged, or not owned by this user)."""
     try:
         if _untrusted(os.stat(folder)) is not None:
             return None
-        manifest = json.loads((folder / MANIFEST).read_text())
+        manifest: dict[str, Any] = json.loads((folder / MANIFEST).read_text())
         if manifest.get("key") != key.__dict__ or manifest.get("model_version") != MODEL_VERSION:
             return None
         files = manifest.get("files") or {}
@@ -160,7 +161,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _stale(entry: os.DirEntry, prefix: str, now: float) -> bool:
+def _stale(entry: os.DirEntry[str], prefix: str, now: float) -> bool:
     """Whether *entry* (named ``<prefix><pid>-...``) was left by a process that is gone; a
     name without a pid (older versions) counts as stale after :data:`STALE_AFTER_S`."""
     pid_text = entry.name[len(prefix):].split("-", 1)[0]
@@ -224,7 +225,9 @@ def _fsync(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def commit(tmp: Path, folder: Path, key: CacheKey, tables: list[str], summary: dict) -> Path:
+def commit(
+    tmp: Path, folder: Path, key: CacheKey, tables: list[str], summary: dict[str, Any]
+) -> Path:
     """Write the manifest, sync the entry to disk and rename it into place; returns the
     folder to read from.
 
@@ -286,12 +289,12 @@ def _root_lock(root: Path) -> Iterator[None]:
 DERIVED = "derived"
 
 
-def _derived_file(folder: Path, kind: str, key: dict) -> Path:
+def _derived_file(folder: Path, kind: str, key: dict[str, Any]) -> Path:
     payload = json.dumps({"kind": kind, "model": MODEL_VERSION, **key}, sort_keys=True, default=str)
     return folder / DERIVED / f"{kind}-{hashlib.sha256(payload.encode()).hexdigest()[:24]}.json"
 
 
-def read_derived(folder: Path, kind: str, key: dict) -> dict | None:
+def read_derived(folder: Path, kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
     """A result derived from the entry in *folder* (see :func:`write_derived`), or None."""
     try:
         doc = json.loads(_derived_file(folder, kind, key).read_text())
@@ -301,7 +304,7 @@ def read_derived(folder: Path, kind: str, key: dict) -> dict | None:
     return doc.get("value") if doc.get("key") == json.loads(json.dumps(key, default=str)) else None
 
 
-def write_derived(folder: Path, kind: str, key: dict, value: dict) -> None:
+def write_derived(folder: Path, kind: str, key: dict[str, Any], value: dict[str, Any]) -> None:
     """Store a result computed from the entry in *folder* (an analysis of the same export), so
     a later run with the same *key* reads it instead of recomputing it. The file lives inside
     the entry, so it goes stale and is dropped with it. Best effort: a cache that cannot be

@@ -166,8 +166,8 @@ def data_warnings_beside(trace: Trace) -> Iterator[Callable[[], list[str]]]:
     cursor = trace.connection.cursor()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specnsys-checks")
     try:
-        notes = pool.submit(data_warnings, trace, connection=cursor)
-        yield notes.result
+        pending = pool.submit(data_warnings, trace, connection=cursor)
+        yield pending.result
     finally:
         pool.shutdown(wait=True)
         cursor.close()

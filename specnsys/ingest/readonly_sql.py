@@ -306,7 +306,7 @@ def _refuse_call(name: str) -> None:
     )
 
 
-def _nodes(tree: object) -> Iterator[dict]:
+def _nodes(tree: object) -> Iterator[dict[str, object]]:
     """Every JSON object in *tree* (iteratively: a deep query must not hit the recursion
     limit)."""
     stack = [tree]
@@ -355,7 +355,7 @@ def _catalog() -> _Catalog:
     )
 
 
-def _syntax_tree(text: str) -> dict | None:
+def _syntax_tree(text: str) -> dict[str, object] | None:
     """DuckDB's syntax tree of the SELECT *text* as JSON, or None where DuckDB cannot
     serialize it."""
     import duckdb

@@ -36,11 +36,11 @@ import threading
 import urllib.parse
 import warnings
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from specnsys.errors import BadInputError, SpecnsysWarning
 from specnsys.ingest.input_file import validate_sqlite_file
@@ -152,7 +152,7 @@ class SqliteExport:
             # Names and metadata are whatever bytes were stored (a fuzzed table name crashed
             # the strict decoder): invalid UTF-8 becomes U+FFFD, as in the data columns.
             self._con.text_factory = lambda raw: raw.decode("utf-8", "replace")
-            self._tables = {
+            self._tables: dict[str, list[str] | None] = {
                 name: None
                 for (name,) in self._con.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'table'"
@@ -188,11 +188,11 @@ class SqliteExport:
             self._tables[table] = cached
         return list(cached)
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         """Run a small query (metadata, counts) and return its rows."""
         return self._query(sql, params)
 
-    def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:
             with self._lock:  # the model is built on several threads
                 return self._con.execute(sql, params).fetchall()
@@ -232,7 +232,7 @@ class SqliteExport:
 
     def iter_reads(
         self, reads: Iterable[SliceRead], *, workers: int | None = None
-    ) -> Iterator[tuple[int, pa.Table]]:
+    ) -> Generator[tuple[int, pa.Table], None, None]:
         """Yield ``(index of the read, slice)`` for each of *reads* in turn, slices in rowid
         order, every read through one pool of ``workers`` threads (default: one per core).
 
@@ -251,7 +251,8 @@ class SqliteExport:
         def jobs() -> Iterator[tuple[int, Callable[[], pa.Table]]]:
             for index, read in enumerate(reads):
                 schema, slices = self._plan(read.table, read.columns, read.with_rowid, read.where)
-                for query in slices or [None]:
+                queries: Sequence[SliceQuery | None] = slices or [None]
+                for query in queries:
                     yield index, functools.partial(self._read_slice, read, schema, query, bad_utf8)
 
         workers = max(1, workers or os.cpu_count() or 1)

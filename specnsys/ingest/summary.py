@@ -7,7 +7,7 @@ instead of producing a number the trace cannot back.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specnsys.errors import BadInputError
 from specnsys.ingest.schema import SchemaVersion
@@ -57,7 +57,7 @@ class TraceSummary:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> TraceSummary:
+    def from_dict(cls, data: dict[str, Any]) -> TraceSummary:
         data = dict(data)
         data.pop("span_ns", None)
         data["version"] = SchemaVersion(**data["version"])
@@ -134,7 +134,7 @@ def summarize(
     return summary
 
 
-def _one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
+def _one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...]:
     """The single row of an aggregate *sql*, fetched to the end (``fetchone`` would leave the
     result open, and DuckDB refuses the connection's next statement until it is finished)."""
     return con.execute(sql).fetchall()[0]

@@ -15,12 +15,13 @@ import uuid
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
 from specnsys.errors import UsageError
 from specnsys.ingest import cache
+from specnsys.ingest.arrow_values import arrow_frame
 from specnsys.ingest.build import SCRATCH_PREFIX, build_model
 from specnsys.ingest.input_file import file_identity, require_unchanged, validate_sqlite_file
 from specnsys.ingest.interrupts import interruptible
@@ -81,7 +82,7 @@ class Trace:
         # opened on first use
         self._con: duckdb.DuckDBPyConnection | None = connection
         self._closed = False
-        self._removals: list[weakref.finalize] = []
+        self._removals: list[weakref.finalize[..., object]] = []
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -114,9 +115,9 @@ class Trace:
     def table(self, name: str) -> pl.LazyFrame:
         """One model table as a Polars LazyFrame over the same columnar data as ``sql()``."""
         self._check_name(name)
-        if self.cache_folder is not None:
-            return pl.scan_parquet(self.cache_folder / f"{name}.parquet")
-        return pl.from_arrow(self._arrow[name]).lazy()  # type: ignore[union-attr]
+        if self._arrow is not None:
+            return arrow_frame(self._arrow[name]).lazy()
+        return pl.scan_parquet(self._parquet_file(name))
 
     def arrow(self, name: str) -> pa.Table:
         """One model table as an Arrow table."""
@@ -125,16 +126,21 @@ class Trace:
             return self._arrow[name]
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.cache_folder / f"{name}.parquet", memory_map=True)
+        return pq.read_table(self._parquet_file(name), memory_map=True)
 
-    def load_derived(self, kind: str, key: dict) -> dict | None:
+    def _parquet_file(self, name: str) -> Path:
+        """The cached Parquet file of table *name*, for a trace without Arrow tables."""
+        # __init__ sets exactly one of cache_folder and _arrow
+        return cast(Path, self.cache_folder) / f"{name}.parquet"
+
+    def load_derived(self, kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
         """A result of *kind* stored for *key* by :meth:`store_derived` from this same export
         (None when the trace has no cache entry or nothing was stored)."""
         if self.cache_folder is None:
             return None
         return cache.read_derived(self.cache_folder, kind, key)
 
-    def store_derived(self, kind: str, key: dict, value: dict) -> None:
+    def store_derived(self, kind: str, key: dict[str, Any], value: dict[str, Any]) -> None:
         """Keep a JSON-able result computed from this trace beside its cached model, so the
         next run on the unchanged export skips the computation (nothing without a cache)."""
         if self.cache_folder is not None:

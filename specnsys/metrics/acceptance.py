@@ -21,7 +21,7 @@ Estimators (named, because engines disagree, see the reference notes section 1.3
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -61,7 +61,7 @@ def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
     return pairs.select("proposed", "accepted"), proposed.height, accepted.height
 
 
-def acceptance_from_pairs(pairs: pl.DataFrame) -> dict[str, object] | None:
+def acceptance_from_pairs(pairs: pl.DataFrame) -> dict[str, Any] | None:
     """Statistics of a frame with integer columns ``proposed`` and ``accepted``.
 
     Pairs with ``proposed < 1`` or ``accepted`` outside ``0..proposed`` are not counted (their
@@ -126,7 +126,7 @@ def acceptance_from_pairs(pairs: pl.DataFrame) -> dict[str, object] | None:
     }
 
 
-def acceptance_stats(trace: Trace, scope: Scope) -> tuple[dict[str, object] | None, str | None]:
+def acceptance_stats(trace: Trace, scope: Scope) -> tuple[dict[str, Any] | None, str | None]:
     """Acceptance statistics of the window, or (None, reason) when there are none.
 
     A warning reason is also returned (second item) when marks do not pair up.

@@ -159,7 +159,7 @@ def detect_mode(counts: dict[str, int], walls: dict[str, int]) -> str | None:
     return None
 
 
-def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[str, dict]:
+def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[str, dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for r in b.frame.iter_rows(named=True):
         name = r["phase"]
@@ -177,11 +177,14 @@ def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[st
     return rows
 
 
-def _per_range(phases: dict[str, dict], name: str, forwards_per_range: int = 1) -> float | None:
+def _per_range(
+    phases: dict[str, dict[str, Any]], name: str, forwards_per_range: int = 1
+) -> float | None:
     row = phases.get(name)
     if not row or row["ranges"] <= 0:
         return None
-    return row["wall_ns"] / (row["ranges"] * forwards_per_range)
+    per_range: float = row["wall_ns"] / (row["ranges"] * forwards_per_range)
+    return per_range
 
 
 def analyze_trace(
@@ -272,8 +275,9 @@ def _analyze(
         na["per_token_ns"] = "output tokens are not available"
 
     # p and the Amdahl ceiling come from a baseline run
+    p: float | None
     if mode == "baseline":
-        p: float | None = accelerable / window
+        p = accelerable / window
         ceiling = amdahl.amdahl_ceiling(p)
         if ceiling is None:
             na["amdahl_ceiling"] = "p = 1: every nanosecond is accelerable, no finite ceiling"

@@ -125,7 +125,9 @@ class Comparison:
         }
 
 
-def _phase_table(b: Analysis, s: Analysis, spec_per_token: float | None) -> dict[str, dict]:
+def _phase_table(
+    b: Analysis, s: Analysis, spec_per_token: float | None
+) -> dict[str, dict[str, Any]]:
     names = list(dict.fromkeys([*b.phases, *s.phases]))
     table: dict[str, dict[str, Any]] = {}
     for name in names:

@@ -88,7 +88,8 @@ def marks(trace: Trace, scope: Scope, names: tuple[str, ...]) -> pl.DataFrame:
     export row, which is emission order on one thread.
     """
     columns = "id, text AS name, payload_int AS value, start AS t, global_tid AS gtid"
-    return marks_relation(trace, scope, names, columns, order="start, id").pl()
+    frame: pl.DataFrame = marks_relation(trace, scope, names, columns, order="start, id").pl()
+    return frame
 
 
 def mark_phases(trace: Trace, scope: Scope, name: str) -> pl.DataFrame:
@@ -117,9 +118,10 @@ def mark_phases(trace: Trace, scope: Scope, name: str) -> pl.DataFrame:
     con = trace.connection
     index = create_phase_index(con, scope.rules, for_sql=True)
     try:
-        return con.sql(
+        placed: pl.DataFrame = con.sql(
             f"SELECT id, value, _t AS t, phase FROM ({phase_lookup_sql(points, index)})",
             params=prm,
         ).pl()
+        return placed
     finally:
         drop_phase_index(con, index)

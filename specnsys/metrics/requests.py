@@ -98,4 +98,5 @@ def request_latencies(trace: Trace, scope: Scope) -> pl.DataFrame:
     FROM req r LEFT JOIN ft ON ft.id = r.id LEFT JOIN ot ON ot.id = r.id
     ORDER BY r.s, r.id
     """
-    return trace.connection.sql(sql, params={"pid": scope.pid}).pl()
+    frame: pl.DataFrame = trace.connection.sql(sql, params={"pid": scope.pid}).pl()
+    return frame

@@ -111,7 +111,7 @@ class NsysExportBuilder:
         self.legacy = legacy
         self.product_version = None if legacy else product_version
         self.schema_version = None if legacy else schema_version
-        self.rows: dict[str, list[tuple]] = defaultdict(list)
+        self.rows: dict[str, list[tuple[object, ...]]] = defaultdict(list)
         self._strings: dict[str, int] = {}
 
     # -- strings, threads, processes -------------------------------------------------------

@@ -11,7 +11,7 @@ import io
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib as mpl
 from matplotlib.axes import Axes
@@ -22,6 +22,9 @@ from matplotlib.patches import Patch
 from specnsys.errors import UsageError
 from specnsys.report.output import write_files
 from specnsys.report.palette import phase_color
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LegendLocType, RcKeyType
 
 __all__ = [
     "FORMATS",
@@ -42,7 +45,7 @@ __all__ = [
 FORMATS = ("png", "svg")
 """File formats a figure can be written as (chosen by the output file's suffix)."""
 
-STYLE: dict[str, Any] = {
+STYLE: dict[RcKeyType, Any] = {
     "font.family": "DejaVu Sans",
     "font.size": 10,
     "axes.titlesize": 12,
@@ -119,7 +122,9 @@ def suptitle(fig: Figure, text: str) -> None:
     """The figure's bold title (its finding), broken onto two lines (at the "; " nearest the
     middle, else between words) when one line would run past the figure's edges."""
     title = fig.suptitle(text, fontweight="bold", fontsize=12)
-    if title.get_window_extent(fig.canvas.get_renderer()).width <= fig.bbox.width - 16:
+    # the canvas is new_figure's Agg canvas; the stubs type it as the base class
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    if title.get_window_extent(renderer).width <= fig.bbox.width - 16:
         return
     cuts = [i for i in range(len(text)) if text.startswith("; ", i)]
     if cuts:
@@ -182,7 +187,7 @@ def phase_legend(
     *,
     more: int = 0,
     ncol: int | None = None,
-    loc: str = "outside lower center",
+    loc: LegendLocType = "outside lower center",
 ) -> None:
     """One legend entry per phase, in the given order, with the palette's colours; *more*
     phases left out are counted in a last entry."""
@@ -217,7 +222,7 @@ def fit_labels(fig: Figure, labels: Mapping[Any, tuple[Axes, Any]]) -> None:
     """
     if not labels:
         return
-    renderer = fig.canvas.get_renderer()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # (see suptitle)
     fig.draw_without_rendering()
     for text, (ax, bar) in labels.items():
         t_box = text.get_window_extent(renderer)

@@ -68,7 +68,7 @@ def phases_data(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]
     phases = ordered_phases(
         name for _, a in runs for name, row in (a.get("phases") or {}).items() if row["wall_ns"]
     )
-    bars = []
+    bars: list[dict[str, Any]] = []
     for label, a in runs:
         window = int(a.get("window_ns") or 0)
         tokens = int(a.get("tokens") or 0)

@@ -16,7 +16,7 @@ every bar's true width; only the drawing widens.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from matplotlib.figure import Figure
 
@@ -181,7 +181,8 @@ def timeline_figure(data: Mapping[str, Any]) -> Figure:
                     ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=_GAP_COLOR,
                                    edgecolors="#AAAAAA", linewidth=edge, hatch="////")  # fmt: skip
                 else:
-                    ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=phase_color(phase),
+                    # only a gap has no phase
+                    ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=phase_color(cast(str, phase)),
                                    edgecolors="white", linewidth=edge)  # fmt: skip
             for bar in row["bars"]:
                 if bar["text"]:
