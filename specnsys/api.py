@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
 
     from specnsys.attribution import PhaseBreakdown, PhaseRules
+    from specnsys.attribution.context import AttributionContext
     from specnsys.attribution.lanes import TimelineLanes
     from specnsys.ingest import Trace
     from specnsys.metrics import Analysis, Comparison
@@ -77,22 +78,35 @@ def warn(result: Any) -> None:
 
 
 @contextlib.contextmanager
-def _checked(path: str | Path, use_cache: bool) -> Iterator[tuple[Trace, list[str]]]:
+def _checked(
+    path: str | Path, use_cache: bool, rules: PhaseRules | None = None
+) -> Iterator[tuple[Trace, list[str], AttributionContext]]:
     """Open *path* and run the data-quality checks beside the caller's block; the list it
-    yields holds the notes (``PATH: note``) once the block has ended without an error."""
+    yields holds the notes (``PATH: note``) once the block has ended without an error. The
+    attribution context of *rules* (None: the specnsys convention) it yields is the one every
+    analysis in the block shares: the phase index and the launch attribution built once."""
+    from specnsys.attribution.context import AttributionContext
+    from specnsys.attribution.launch import rules_for
     from specnsys.ingest import open_trace
     from specnsys.ingest.quality import data_warnings_beside
+    from specnsys.vocabulary import DOMAIN, PHASES
 
     notes: list[str] = []
-    with open_trace(path, use_cache=use_cache) as trace, data_warnings_beside(trace) as found:
-        yield trace, notes
+    with (
+        open_trace(path, use_cache=use_cache) as trace,
+        data_warnings_beside(trace) as found,
+        AttributionContext(trace, rules_for(PHASES, DOMAIN, rules)) as context,
+    ):
+        yield trace, notes, context
     notes.extend(f"{path}: {note}" for note in found())
 
 
-def _analyze_open(trace: Trace, rules: PhaseRules | None, pid: int | None) -> Analysis:
+def _analyze_open(
+    trace: Trace, rules: PhaseRules | None, pid: int | None, context: AttributionContext
+) -> Analysis:
     from specnsys.metrics import analyze_trace
 
-    return analyze_trace(trace, rules=rules, pid=pid)
+    return analyze_trace(trace, rules=rules, pid=pid, context=context)
 
 
 def analyze(
@@ -111,8 +125,8 @@ def analyze(
 def _analyze_resolved(
     path: str | Path, rules: PhaseRules | None, pid: int | None, use_cache: bool
 ) -> Analysis:
-    with _checked(path, use_cache) as (trace, notes):
-        analysis = _analyze_open(trace, rules, pid)
+    with _checked(path, use_cache, rules) as (trace, notes, context):
+        analysis = _analyze_open(trace, rules, pid, context)
     return replace(analysis, data_warnings=tuple(notes))
 
 
@@ -187,8 +201,8 @@ def phases(
     from specnsys.attribution.timeline import exclusive_phase_times
 
     mapping = resolve_rules(rules)
-    with _checked(path, use_cache) as (trace, notes):
-        breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping)
+    with _checked(path, use_cache, mapping) as (trace, notes, context):
+        breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping, context=context)
         caps = trace.summary.capabilities
     if breakdown.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
@@ -223,7 +237,7 @@ def kernels(path: str | Path, *, use_cache: bool = True) -> Table:
     """Time per CUDA kernel (name, grid, block), as ``nsys stats -r gpukernsum``."""
     from specnsys.attribution.kernel_summary import kernel_summary
 
-    with _checked(path, use_cache) as (trace, notes):
+    with _checked(path, use_cache) as (trace, notes, _context):
         summary = kernel_summary(trace)
     return Table(str(path), summary, None, tuple(notes))
 
@@ -233,7 +247,7 @@ def ranges(path: str | Path, *, instances: bool = False, use_cache: bool = True)
     or per range instance with *instances*."""
     from specnsys.attribution.projection import nvtx_gpu_projection, nvtx_gpu_projection_summary
 
-    with _checked(path, use_cache) as (trace, notes):
+    with _checked(path, use_cache) as (trace, notes, _context):
         projection = nvtx_gpu_projection(trace)
     frame = projection if instances else nvtx_gpu_projection_summary(projection)
     return Table(str(path), frame, "instance" if instances else "name", tuple(notes))
@@ -325,8 +339,10 @@ def timeline(
     from specnsys.attribution.lanes import timeline_lanes
 
     mapping = resolve_rules(rules)
-    with _checked(path, use_cache) as (trace, notes):
-        lanes = timeline_lanes(trace, step=step, window_ms=window_ms, pid=pid, rules=mapping)
+    with _checked(path, use_cache, mapping) as (trace, notes, context):
+        lanes = timeline_lanes(
+            trace, step=step, window_ms=window_ms, pid=pid, rules=mapping, context=context
+        )
     return replace(lanes, data_warnings=tuple(notes))
 
 
@@ -450,9 +466,11 @@ def report(
     mapping = resolve_rules(rules)
     with progress(4 + (baseline is not None), "report") as advance:
         advance(f"analyze {Path(path).name}")
-        with _checked(path, use_cache) as (trace, notes):
-            analysis = _analyze_open(trace, mapping, pid)
-            lanes = timeline_lanes(trace, step=step, window_ms=window_ms, pid=pid, rules=mapping)
+        with _checked(path, use_cache, mapping) as (trace, notes, context):
+            analysis = _analyze_open(trace, mapping, pid, context)
+            lanes = timeline_lanes(
+                trace, step=step, window_ms=window_ms, pid=pid, rules=mapping, context=context
+            )
         primary = Run(run_label(path), Path(path), replace(analysis, data_warnings=tuple(notes)))
         runs = [primary]
         comparison = None

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from specnsys.attribution.context import AttributionContext, attribution_context
 from specnsys.attribution.launch import (
     UNANNOTATED,
     attributed_gpu_ops,
-    attributed_runtime,
     rules_for,
 )
-from specnsys.attribution.phase_map import create_phase_index, drop_phase_index, phase_ranges_sql
+from specnsys.attribution.phase_map import phase_ranges_sql
 from specnsys.attribution.timeline import PhaseBreakdown, exclusive_phase_times, step_phase
 from specnsys.errors import BadInputError, UsageError
 from specnsys.vocabulary import API_CALL_SQL, DOMAIN, PHASES, STEP_PHASE
@@ -161,25 +161,26 @@ def timeline_lanes(
     rules: PhaseRules | str | None = None,
     phases: Sequence[str] = PHASES,
     domain: str = DOMAIN,
+    context: AttributionContext | None = None,
 ) -> TimelineLanes:
     """Lanes of one window of *trace* (see the module docs and :class:`TimelineLanes`).
 
     *start_ns*/*end_ns* (session clock) override *step*, and *window_ms* (milliseconds
     from the start of the analysis window, e.g. ``(120.0, 125.5)``) overrides both; the
     process and its driver thread are the ones :func:`exclusive_phase_times` analyzes.
+    *context* (an :class:`~specnsys.attribution.context.AttributionContext` of the same
+    rules) supplies the phase index and the attributed calls when the caller has one.
     """
     mapping = rules_for(phases, domain, rules)
-    breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping)
+    breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping, context=context)
     gtid = breakdown.driver_global_tid
     if breakdown.pid is None or gtid is None or breakdown.window_ns <= 0:
         raise BadInputError(
             f"{trace.path}: no phase ranges on any thread, so there is no timeline to draw"
         )
     pid = breakdown.pid
-    con = trace.connection
-    index = create_phase_index(con, mapping)
-    try:
-        runtime = attributed_runtime(trace, index, pid, details=True)
+    with attribution_context(trace, mapping, context) as shared:
+        index, runtime = shared.phase_index(), shared.runtime(pid)
 
         def ops_of(**where: Any) -> pl.DataFrame:
             return attributed_gpu_ops(trace, index, pid=pid, details=True, runtime=runtime, **where)
@@ -188,8 +189,6 @@ def timeline_lanes(
             trace, mapping, breakdown, ops_of, step=step, start_ns=start_ns, end_ns=end_ns,
             window_ms=window_ms,
         )  # fmt: skip
-    finally:
-        drop_phase_index(con, index)
 
 
 def _lanes(

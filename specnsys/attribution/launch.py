@@ -297,6 +297,8 @@ def gpu_ops_with_phase(
     rules: PhaseRules | str | None = None,
     pid: int | None = None,
     window: tuple[int, int] | None = None,
+    index: PhaseIndex | None = None,
+    runtime: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every kernel, memcpy and memset of *trace* with the phase it was launched in.
 
@@ -313,14 +315,22 @@ def gpu_ops_with_phase(
 
     Phases are *rules* (a :class:`PhaseRules`, a built-in set's name or a TOML path) when
     given, else specnsys's own convention: ranges of *domain* named one of *phases*.
+    *index* (the rules' phase index) and *runtime* (:func:`attributed_runtime` of *pid* with
+    details) are reused when the caller has them, as an
+    :class:`~specnsys.attribution.context.AttributionContext` does; else they are built here.
     """
     mapping = rules_for(phases, domain, rules)
     con = trace.connection
-    index = create_phase_index(con, mapping)
+    own = index is None
+    if index is None:
+        index = create_phase_index(con, mapping)
     try:
-        ops = attributed_gpu_ops(trace, index, pid=pid, window=window, details=True)
+        ops = attributed_gpu_ops(
+            trace, index, pid=pid, window=window, details=True, runtime=runtime
+        )
     finally:
-        drop_phase_index(con, index)
+        if own:
+            drop_phase_index(con, index)
     return ops.with_columns(pl.col("op_kind", "phase").cast(pl.String)).select(
         "op_kind", "start", "end", "device_id", "stream_id", "correlation_id", "pid", "name",
         "api_start", "api_end", "api_name", "api_tid", "api_global_tid", "phase",

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from specnsys import __version__
+from specnsys.attribution.context import AttributionContext, attribution_context
 from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import (
     OP_KIND,
@@ -44,8 +45,6 @@ from specnsys.attribution.launch import (
 )
 from specnsys.attribution.phase_map import (
     PhaseIndex,
-    create_phase_index,
-    drop_phase_index,
     lookup_phase,
     mapped_nvtx_sql,
     phase_ranges,
@@ -305,6 +304,7 @@ def exclusive_phase_times(
     pid: int | None = None,
     *,
     rules: PhaseRules | str | None = None,
+    context: AttributionContext | None = None,
 ) -> PhaseBreakdown:
     """Exclusive wall time per phase of process *pid* (docs/design.md#attribution, rule 2).
 
@@ -314,7 +314,9 @@ def exclusive_phase_times(
     without any, the most GPU ops). The window runs from its first ``request`` start to its
     last ``request`` end, or spans its NVTX ranges and GPU ops when it has no ``request``
     range. The driver thread is its thread with the most phase ranges. See
-    :class:`PhaseBreakdown` for the columns.
+    :class:`PhaseBreakdown` for the columns. *context* (an
+    :class:`~specnsys.attribution.context.AttributionContext` of the same rules) supplies the
+    phase index when the caller has one.
     """
     mapping = rules_for(phases, domain, rules)
     # A breakdown is a pure function of the export, the rules and pid: kept beside the cached
@@ -339,12 +341,10 @@ def exclusive_phase_times(
     gtid = _driver_thread(ranges, pid)
     cpu_ranges = _cpu_ranges(ranges, gtid, ws, we)
     counts = _range_counts(ranges, gtid, ws, we)
-    index = create_phase_index(con, mapping, ranges=ranges)
-    del ranges
-    try:
+    with attribution_context(trace, mapping, context) as shared:
+        index = shared.phase_index(ranges=ranges)
+        del ranges
         breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index)
-    finally:
-        drop_phase_index(con, index)
     breakdown = replace(breakdown, range_counts=counts)
     trace.store_derived("phase_breakdown", key, breakdown.to_dict())
     return breakdown

@@ -39,6 +39,7 @@ from specnsys.vocabulary import (
 )
 
 if TYPE_CHECKING:
+    from specnsys.attribution.context import AttributionContext
     from specnsys.ingest import Trace
 
 __all__ = ["ACCELERABLE", "Analysis", "analyze_trace", "detect_mode"]
@@ -192,13 +193,16 @@ def analyze_trace(
     *,
     rules: Any = None,
     pid: int | None = None,
+    context: AttributionContext | None = None,
 ) -> Analysis:
     """Analyze one trace (baseline or speculative); see the module docs for the metrics.
 
     *rules* (a ``PhaseRules``, a built-in set's name or a TOML path) maps other NVTX names onto
     the phases; *pid* picks the process (default: the one with the most phase ranges).
     Raises :class:`BadInputError` for a trace with nothing to attribute or no phase that
-    tells a baseline run from a speculative one.
+    tells a baseline run from a speculative one. *context* (an
+    :class:`~specnsys.attribution.context.AttributionContext` of the rules in force) shares
+    the phase index and the launch attribution with the caller's other analyses.
     """
     path = str(getattr(trace, "path", "")) or None
     caps = trace.summary.capabilities
@@ -219,10 +223,10 @@ def analyze_trace(
         "pid": pid,
     }
     stored = trace.load_derived("analysis", key)
-    b = exclusive_phase_times(trace, **kwargs)  # itself read back when stored
+    b = exclusive_phase_times(trace, **kwargs, context=context)  # itself read back when stored
     if stored is not None:
         return Analysis(**{**stored, "path": path}, breakdown=b)
-    result = _analyze(trace, b, mapping, path, pid)
+    result = _analyze(trace, b, mapping, path, pid, context)
     trace.store_derived(
         "analysis", key, {f: getattr(result, f) for f in _STORED_FIELDS if f != "path"}
     )
@@ -230,13 +234,18 @@ def analyze_trace(
 
 
 def _analyze(
-    trace: Trace, b: PhaseBreakdown, mapping: Any, path: str | None, pid: int | None
+    trace: Trace,
+    b: PhaseBreakdown,
+    mapping: Any,
+    path: str | None,
+    pid: int | None,
+    context: AttributionContext | None,
 ) -> Analysis:
     caps = trace.summary.capabilities
     if b.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
         raise BadInputError(f"{path}: nothing to analyze ({who} no phase ranges or GPU work)")
-    scope = Scope.of(b, mapping)
+    scope = Scope.of(b, mapping, context)
     gpu = bool(caps["gpu_activity"].available)
     counts = b.range_counts
     phases = _phase_rows(b, counts, gpu)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from specnsys.attribution.context import attribution_context
 from specnsys.attribution.launch import gpu_ops_with_phase
 from specnsys.metrics.events import Scope, mark_phases
 from specnsys.vocabulary import TARGET_BYTES_MARK
@@ -204,10 +205,13 @@ def memory_bandwidth(
     devices = _devices(trace, scope)
     reasons = []
     if caps["gpu_metrics"].available:
-        # Only this source needs every GPU op with its phase (one more attribution pass).
-        ops = gpu_ops_with_phase(
-            trace, rules=scope.rules, pid=scope.pid, window=(scope.start_ns, scope.end_ns)
-        ).filter(pl.col("end") > pl.col("start"))
+        # Only this source needs every GPU op with its phase and device.
+        # the analysis's context supplies the phase index and the attributed calls
+        with attribution_context(trace, scope.rules, scope.context) as shared:
+            ops = gpu_ops_with_phase(
+                trace, rules=scope.rules, pid=scope.pid, window=(scope.start_ns, scope.end_ns),
+                index=shared.phase_index(), runtime=shared.runtime(scope.pid),
+            ).filter(pl.col("end") > pl.col("start"))  # fmt: skip
         result, why = _from_gpu_metrics(trace, scope, ops, threshold_pct)
         if result is not None:
             return result, None

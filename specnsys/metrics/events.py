@@ -8,17 +8,14 @@ counts the phase ranges per phase (:attr:`~specnsys.attribution.PhaseBreakdown.r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import polars as pl
 
+from specnsys.attribution.context import AttributionContext, attribution_context
 from specnsys.attribution.launch import rules_for
-from specnsys.attribution.phase_map import (
-    create_phase_index,
-    drop_phase_index,
-    phase_lookup_sql,
-)
+from specnsys.attribution.phase_map import phase_lookup_sql
 from specnsys.vocabulary import DOMAIN, PHASES
 
 if TYPE_CHECKING:
@@ -32,22 +29,27 @@ __all__ = ["Scope", "mark_phases", "marks", "marks_relation", "resolve"]
 
 @dataclass(frozen=True)
 class Scope:
-    """What one analysis looks at: process, driver thread, window and naming rules."""
+    """What one analysis looks at: process, driver thread, window and naming rules (and the
+    attribution context of those rules, when the analysis has one to share)."""
 
     pid: int | None
     driver_gtid: int | None
     start_ns: int
     end_ns: int
     rules: PhaseRules
+    context: AttributionContext | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, breakdown: PhaseBreakdown, rules: PhaseRules) -> Scope:
+    def of(
+        cls, breakdown: PhaseBreakdown, rules: PhaseRules, context: AttributionContext | None = None
+    ) -> Scope:
         return cls(
             breakdown.pid,
             breakdown.driver_global_tid,
             breakdown.window_start_ns,
             breakdown.window_end_ns,
             rules,
+            context,
         )
 
     def params(self) -> dict[str, object]:
@@ -115,13 +117,10 @@ def mark_phases(trace: Trace, scope: Scope, name: str) -> pl.DataFrame:
         return pl.DataFrame(
             schema={"id": pl.Int64, "value": pl.Int64, "t": pl.Int64, "phase": pl.String}
         )
-    con = trace.connection
-    index = create_phase_index(con, scope.rules, for_sql=True)
-    try:
-        placed: pl.DataFrame = con.sql(
+    with attribution_context(trace, scope.rules, scope.context) as shared:
+        index = shared.phase_index(for_sql=True)
+        placed: pl.DataFrame = trace.connection.sql(
             f"SELECT id, value, _t AS t, phase FROM ({phase_lookup_sql(points, index)})",
             params=prm,
         ).pl()
         return placed
-    finally:
-        drop_phase_index(con, index)
