@@ -102,12 +102,13 @@ def render_report(
     from specnsys.report.html import ReportFigure, render_report_html
 
     advance("what to cut")
-    lead = runs[0]
-    cut = what_to_cut(lead.data).to_dict()
+    docs = [r.data for r in runs]
+    cuts = [what_to_cut(d) for d in docs]  # once per run: the table, titles and chart share it
     advance("figures")
     spec = next((r for r in runs if r.analysis.mode == "spec"), None)
-    figure_data = [plots.phases_data([(r.label, r.data) for r in runs])]
-    figure_data.append(plots.amdahl_data(lead.data, comparison))
+    labelled = [(r.label, d) for r, d in zip(runs, docs, strict=True)]
+    figure_data = [plots.phases_data(labelled, cuts)]
+    figure_data.append(plots.amdahl_data(docs[0], comparison, cut=cuts[0]))
     if spec is not None:
         figure_data.append(plots.acceptance_data(spec.data))
     figure_data.append(plots.timeline_data(lanes))
@@ -119,9 +120,9 @@ def render_report(
         )
     advance("render HTML")
     return render_report_html(
-        runs=[(r.label, r.data) for r in runs],
+        runs=labelled,
         comparison=comparison,
-        whatcut=cut,
+        whatcut=cuts[0].to_dict(),
         figures=figures,
         timeline_label=lanes["label"],
         version=__version__,

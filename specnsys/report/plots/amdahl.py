@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from specnsys.metrics.amdahl import amdahl_speedup
-from specnsys.metrics.whatcut import what_to_cut
+from specnsys.metrics.whatcut import WhatCut, what_to_cut
 from specnsys.report.palette import phase_color
 from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
 from specnsys.report.plots.phases import accelerable_label, headline
@@ -46,15 +46,18 @@ def amdahl_data(
     comparison: Mapping[str, Any] | None = None,
     *,
     max_cuts: int = 2,
+    cut: WhatCut | None = None,
 ) -> dict[str, Any]:
     """What figure 2 draws.
 
     *analysis* is the ``analyze --json`` dict whose p the chart is about (the baseline's
     when a comparison exists); *comparison* the ``compare --json`` dict of baseline vs spec,
-    which gives the operating point (``r``, measured and predicted speedups).
+    which gives the operating point (``r``, measured and predicted speedups). *cut* is
+    ``what_to_cut(analysis)`` when the caller has it (computed here otherwise).
     """
-    cut = what_to_cut(analysis)
-    p, _, sentence = headline(analysis)
+    if cut is None:
+        cut = what_to_cut(analysis)
+    p, _, sentence = headline(analysis, cut)
     if comparison is not None and comparison.get("p") is not None:
         p = float(comparison["p"])
     elif analysis.get("mode") == "spec":

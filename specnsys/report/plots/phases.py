@@ -17,7 +17,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from specnsys.metrics.whatcut import accelerable_phases, what_to_cut
+from specnsys.metrics.whatcut import WhatCut, accelerable_phases, what_to_cut
 from specnsys.report.palette import ordered_phases, phase_color, text_color_on
 from specnsys.report.plots.common import (
     fit_labels,
@@ -40,13 +40,17 @@ def accelerable_label(analysis: Mapping[str, Any]) -> str:
     return _ACCEL_WORDS.get(key, key.replace("+", " + "))
 
 
-def headline(analysis: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
+def headline(
+    analysis: Mapping[str, Any], cut: WhatCut | None = None
+) -> tuple[float | None, float | None, str]:
     """(p, ceiling, sentence) for *analysis*: the finding a title leads with.
 
     ``p`` and the ceiling are the analysis's own (``p``, ``amdahl_ceiling``) when it has
     them, else the accelerable share of this run (see :mod:`specnsys.metrics.whatcut`).
+    *cut* is ``what_to_cut(analysis)`` when the caller has it (computed here otherwise).
     """
-    cut = what_to_cut(analysis)
+    if cut is None:
+        cut = what_to_cut(analysis)
     p = analysis.get("p")
     p = cut.p if p is None else float(p)
     ceiling = analysis.get("amdahl_ceiling")
@@ -61,8 +65,12 @@ def headline(analysis: Mapping[str, Any]) -> tuple[float | None, float | None, s
     return p, ceiling, f"{name} {verb} {p:.0%} of time{where}: {tail}"
 
 
-def phases_data(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
-    """What figure 1 draws for *runs* (label, ``analyze --json`` dict), top bar first."""
+def phases_data(
+    runs: Sequence[tuple[str, Mapping[str, Any]]], cuts: Sequence[WhatCut] | None = None
+) -> dict[str, Any]:
+    """What figure 1 draws for *runs* (label, ``analyze --json`` dict), top bar first.
+    *cuts* is ``what_to_cut`` of each run, in order, when the caller has them."""
+    cut_of = {id(a): c for (_, a), c in zip(runs, cuts, strict=True)} if cuts else {}
     per_token = all(int(a.get("tokens") or 0) > 0 for _, a in runs) and bool(runs)
     unit = "ms per output token" if per_token else "share of the run's window (%)"
     phases = ordered_phases(
@@ -107,10 +115,10 @@ def phases_data(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]
             weights[seg["phase"]] = weights.get(seg["phase"], 0.0) + seg["share"]
     legend = legend_phases(phases, weights)
     lead = next((a for _, a in runs if a.get("mode") == "baseline"), runs[0][1] if runs else {})
-    title = headline(lead)[2] if runs else "no runs"
+    title = headline(lead, cut_of.get(id(lead)))[2] if runs else "no runs"
     spec_shares = sorted(
         p for _, a in runs if a is not lead and a.get("mode") == "spec"
-        for p in [headline(a)[0]] if p is not None
+        for p in [headline(a, cut_of.get(id(a)))[0]] if p is not None
     )  # fmt: skip
     finding = _per_token_finding(runs, lead) if per_token else ""
     if spec_shares:
