@@ -174,6 +174,12 @@ def inline_svg(svg: str, prefix: str, label: str) -> str:
     return tag + body[tag_end:]
 
 
+def _run_of(whatcut: Mapping[str, Any]) -> str:
+    """The run a what-to-cut speedup is over: the baseline run (the Amdahl figure's frame) when
+    the cut was computed on one, else the run analyzed."""
+    return "the baseline run" if whatcut.get("mode") == "baseline" else "this run"
+
+
 def _answer(
     runs: Sequence[tuple[str, Mapping[str, Any]]],
     comparison: Mapping[str, Any] | None,
@@ -231,7 +237,7 @@ def _answer(
             f"Cut first: {_phase(top['phase'])} ({_pct(top['share'], 0)} of the time). If it went "
             f"to zero, p would rise to {_num(top.get('p_after'), '.2f')} and the ceiling from "
             f"{_x(ceiling)} to <b>{_x(top.get('ceiling_after'))}</b>; with free accelerable work "
-            f"as well, that is {_x(top.get('combined_ceiling'))} over today's run."
+            f"as well, that is {_x(top.get('combined_ceiling'))} over {_run_of(whatcut)}."
         )
     elif whatcut.get("not_available"):
         lines.append(f"What to cut: not available ({_e(whatcut['not_available'])}).")
@@ -265,7 +271,7 @@ def _whatcut_section(whatcut: Mapping[str, Any]) -> str:
         f"ranked by how far the Amdahl ceiling 1 / (1 - p) rises if the phase went to zero "
         f"(p = {_num(whatcut.get('p'), '.3f')}, ceiling {_x(whatcut.get('ceiling'))}; the window "
         f"shrinks by the phase's time, so p grows to p&#8242; = A / (W - x)). The last column is the "
-        f"speedup over today's run with the phase gone and the accelerable work free.</p>"
+        f"speedup over {_run_of(whatcut)} with the phase gone and the accelerable work free.</p>"
     )
     head = ["#", "phase", "time ms", "share of window", "p'", "ceiling after", "rise",
             "combined ceiling"]  # fmt: skip
