@@ -13,6 +13,13 @@ capture fails, times out or is interrupted, those processes are ended, and the f
 outside its temp folder (which is private to the capture) are removed. Output is written in a
 staging folder beside the output and moved into place only on success, so that a failed capture
 never destroys an earlier trace.
+
+The profiled program's stdout and stderr (and nsys's own lines, which share them) pass through to
+ours as with ``nsys profile``, and are also kept in ``OUT.log`` beside the export: a failing
+program's traceback is the first thing its user needs. nsys writes them into files, not pipes,
+because its daemonized agent may hold inherited descriptors open long after nsys has exited;
+a relay thread copies what the files gain. Intermediate files (``.qdstrm``, ``.nsys-rep``) go
+once the export exists, unless the report is asked for.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -32,6 +40,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from specnsys.errors import SpecnsysError, UsageError
 from specnsys.ingest.cache import sweep_stale, tmp_prefix
@@ -57,12 +66,15 @@ _SHM = Path("/dev/shm")
 _INJECTION_CONFIG = re.compile(rb"/tmp/injection_config_[0-9a-f]+")
 _REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdstrm")
 _TMPDIR_KIND = "specnsys-nsys-"  # + pid: the private TMPDIR of a capture
+_RELAY_S = 0.05  # how often the program's output files are copied to our stdout/stderr
+_LOG_SUFFIX = ".log"
 
 
 @dataclass(frozen=True)
 class CaptureResult:
     sqlite: Path
-    report: Path | None
+    report: Path | None  # the .nsys-rep, kept only when asked for (keep_report)
+    log: Path  # the profiled program's stdout and stderr (with nsys's own lines)
     command: tuple[str, ...]
     seconds: float
 
@@ -80,11 +92,15 @@ def profile(
     timeout_s: float = 600,
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    keep_report: bool = False,
+    echo: bool = True,
 ) -> CaptureResult:
     """Run *command* under ``nsys profile`` and return the path of its SQLite export.
 
     *output* is the report's base name (``.nsys-rep``/``.sqlite`` are appended; a given
     suffix is dropped); files already there are replaced only when the capture succeeds.
+    The program's output goes to ``<base>.log`` and, with *echo*, to our stdout and stderr; the
+    ``.nsys-rep`` report is kept beside the export only with *keep_report*.
     Raises :class:`CaptureError` when no export can be produced, and when the profiled command
     fails (its trace is then kept at the base name if that is free, else at ``<base>.failed``).
     On a timeout or an interrupt (SIGINT, SIGTERM, SIGHUP: :class:`KeyboardInterrupt`), every
@@ -100,13 +116,13 @@ def profile(
     base = _base_name(Path(output))
     nsys_args = (nsys, trace or default_trace_kinds(), tuple(extra_args), tuple(command))
     started = time.perf_counter()
-    capture = _Capture(base, env)
+    capture = _Capture(base, env, echo)
     with _interrupts_on_termination():
         try:
             returncode = capture.run(_nsys_command(*nsys_args, capture.staged), timeout_s)
             capture.finish(nsys)
             kept = base if returncode == 0 or not _any_report(base) else _failed_name(base)
-            sqlite, report = capture.publish(kept)
+            sqlite, report, log = capture.publish(kept, keep_report)
         except BaseException:
             with _signals_held():
                 capture.abandon()
@@ -119,7 +135,7 @@ def profile(
             f"the profiled command failed (exit status {returncode}); trace kept at {sqlite}"
         )
     return CaptureResult(
-        sqlite, report, _nsys_command(*nsys_args, base), time.perf_counter() - started
+        sqlite, report, log, _nsys_command(*nsys_args, base), time.perf_counter() - started
     )
 
 
@@ -144,7 +160,7 @@ def _with_suffix(base: Path, suffix: str) -> Path:
 
 
 def _any_report(base: Path) -> bool:
-    return any(_with_suffix(base, s).exists() for s in _REPORT_SUFFIXES)
+    return any(_with_suffix(base, s).exists() for s in (*_REPORT_SUFFIXES, _LOG_SUFFIX))
 
 
 def _failed_name(base: Path) -> Path:
@@ -248,11 +264,107 @@ def _kill(proc: _Proc) -> None:
             os.close(pidfd)
 
 
+# nsys's own progress bars ("[1/2] [==50%   ] out.nsys-rep", redrawn with carriage returns) and
+# its "Generated:" heading: they name the capture's private folders, not the published files.
+_NSYS_PROGRESS = re.compile(rb"^(\[\d+/\d+\] \[[^\]]*\] [^\[]*)+$")
+_NSYS_GENERATED = b"Generated:"
+
+
+class _OutputRelay:
+    """Copies what the program's stdout and stderr files gain to our own streams (when
+    echoing) and to one combined log, line by line in the order it reads them, until stopped.
+
+    nsys shares the program's stdout: its lines about the capture's private files (the
+    progress of the import and export, the staged paths) are left out, since the published
+    export's path is what ``profile`` reports."""
+
+    def __init__(self, folder: Path, echo: bool, private: Sequence[Path]) -> None:
+        self.paths = (folder / "stdout.txt", folder / "stderr.txt")
+        self.log_path = folder / "program.log"
+        self.echo = echo
+        self._private = tuple(str(p).encode() for p in private)
+        self._offsets = [0, 0]
+        self._partial = [b"", b""]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        for path in (*self.paths, self.log_path):
+            path.touch()
+        self._thread = threading.Thread(target=self._loop, name="specnsys-relay", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(_RELAY_S):
+            self.copy()
+
+    def copy(self, final: bool = False) -> None:
+        """Copy the whole lines each file gained since the last call (*final*: the rest too)."""
+        sinks: tuple[BinaryIO | None, BinaryIO | None] = (
+            (_binary(sys.stdout), _binary(sys.stderr)) if self.echo else (None, None)
+        )
+        with contextlib.suppress(OSError), self.log_path.open("ab") as log:
+            for i, (path, sink) in enumerate(zip(self.paths, sinks, strict=True)):
+                with path.open("rb") as src:
+                    src.seek(self._offsets[i])
+                    gained = src.read()
+                self._offsets[i] += len(gained)
+                text = self._partial[i] + gained
+                cut = len(text) if final else text.rfind(b"\n") + 1
+                self._partial[i] = text[cut:]
+                data = b"".join(
+                    line for line in text[:cut].splitlines(keepends=True) if not self._nsys(line)
+                )
+                if not data:
+                    continue
+                log.write(data)
+                if sink is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        sink.write(data)
+                        sink.flush()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self.copy(final=True)
+
+    def _nsys(self, line: bytes) -> bool:
+        """Whether *line* is nsys's own, about the capture's private files."""
+        bare = line.rstrip(b"\n")
+        redrawn = [part for part in bare.split(b"\r") if part]  # a progress bar's redraws
+        if not redrawn:
+            return b"\r" in bare
+        return (
+            bare == _NSYS_GENERATED
+            or all(_NSYS_PROGRESS.match(part) for part in redrawn)
+            or any(p in bare for p in self._private)
+        )
+
+    def last_line(self) -> str | None:
+        with contextlib.suppress(OSError):
+            text = self.log_path.read_text(errors="replace")
+            lines = [line for line in text.splitlines() if line.strip()]
+            if lines:
+                return lines[-1]
+        return None
+
+
+def _binary(stream: object) -> BinaryIO | None:
+    """The byte stream under a text stream (None where there is none, e.g. captured output)."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None and hasattr(stream, "flush"):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    return buffer
+
+
 class _Capture:
     """One ``nsys profile`` run: the processes it started, the private temp folder given to
     nsys as TMPDIR, and the staging folder beside the output where nsys writes its report."""
 
-    def __init__(self, base: Path, env: Mapping[str, str] | None) -> None:
+    def __init__(self, base: Path, env: Mapping[str, str] | None, echo: bool = True) -> None:
         self.id = uuid.uuid4().hex
         self.base = base
         self.started = time.time()
@@ -271,6 +383,7 @@ class _Capture:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
             raise
         self.env = self._environment(env)
+        self.output = _OutputRelay(self.tmpdir, echo, (self.tmpdir, self.staging))
 
     @property
     def staged(self) -> Path:
@@ -287,29 +400,30 @@ class _Capture:
 
     def run(self, cmd: Sequence[str], timeout_s: float) -> int:
         """Run nsys to its end and return its exit status (the profiled command's)."""
-        log = self.tmpdir / "nsys-output.txt"
-        with log.open("wb") as out:
+        self.output.start()
+        out_path, err_path = self.output.paths
+        with out_path.open("ab") as out, err_path.open("ab") as err:
             self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
+                cmd, stdout=out, stderr=err, start_new_session=True, env=self.env
             )
         deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                return self.proc.wait(timeout=max(0.0, min(_WATCH_S, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= deadline:
-                    raise CaptureError(
-                        f"nsys profile did not finish in {timeout_s:g} s; capture abandoned"
-                    ) from None
-                self._scan()
+        try:
+            while True:
+                remaining = max(0.0, min(_WATCH_S, deadline - time.monotonic()))
+                try:
+                    return self.proc.wait(timeout=remaining)
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        raise CaptureError(
+                            f"nsys profile did not finish in {timeout_s:g} s; capture abandoned"
+                        ) from None
+                    self._scan()
+        finally:
+            self.output.stop()
 
     def _output_tail(self) -> str:
-        with contextlib.suppress(OSError):
-            text = (self.tmpdir / "nsys-output.txt").read_text(errors="replace")
-            lines = [line for line in text.splitlines() if line.strip()]
-            if lines:
-                return lines[-1]
-        return f"exit status {self.proc.returncode if self.proc else None}"
+        last = self.output.last_line()
+        return last or f"exit status {self.proc.returncode if self.proc else None}"
 
     def finish(self, nsys: str) -> None:
         """Complete the staged export from whatever nsys left: stream, report or SQLite."""
@@ -324,21 +438,23 @@ class _Capture:
         if not sqlite.is_file():
             raise CaptureError(f"nsys profile produced no report: {self._output_tail()}")
 
-    def publish(self, base: Path) -> tuple[Path, Path | None]:
-        """Move the staged report and export to *base* (report first: the export is what a
-        reader waits for); an earlier file there that this capture did not produce goes, so
-        that the pair always belongs together."""
+    def publish(self, base: Path, keep_report: bool) -> tuple[Path, Path | None, Path]:
+        """Move the staged log, report (when kept) and export to *base* (the export last: it is
+        what a reader waits for); an earlier file there that this capture did not produce goes,
+        so that the files at *base* always belong together."""
+        os.replace(self.output.log_path, _with_suffix(self.staged, _LOG_SUFFIX))
         moved: dict[str, Path] = {}
-        for suffix in (".nsys-rep", ".sqlite"):
+        kept = (_LOG_SUFFIX, ".nsys-rep", ".sqlite") if keep_report else (_LOG_SUFFIX, ".sqlite")
+        for suffix in (_LOG_SUFFIX, ".nsys-rep", ".sqlite"):
             target = _with_suffix(base, suffix)
             staged = _with_suffix(self.staged, suffix)
-            if staged.is_file():
+            if suffix in kept and staged.is_file():
                 os.replace(staged, target)
                 moved[suffix] = target
             else:
                 target.unlink(missing_ok=True)
         _with_suffix(base, ".qdstrm").unlink(missing_ok=True)
-        return moved[".sqlite"], moved.get(".nsys-rep")
+        return moved[".sqlite"], moved.get(".nsys-rep"), moved[_LOG_SUFFIX]
 
     def _scan(self) -> dict[int, _Proc]:
         """The capture's live processes; notes them and the nsys files their environment names."""

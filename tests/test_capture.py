@@ -28,7 +28,7 @@ SPEC_PHASES = {"request", "prefill", "draft_prefill", "decode", "draft", "verify
 @pytest.fixture(scope="module")
 def spec_capture(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("capture") / "spec"
-    return profile([*RUN, "--mode", "spec", "--k", "3"], out, timeout_s=300)
+    return profile([*RUN, "--mode", "spec", "--k", "3"], out, timeout_s=300, keep_report=True)
 
 
 def test_spec_capture_has_every_phase_marks_and_nesting(spec_capture) -> None:
@@ -84,6 +84,46 @@ def test_profile_cli_prints_the_export_path(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / "cli.sqlite")
+    # the intermediate report and stream are gone; the program's (empty) output is kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.log", "cli.sqlite"]
+
+
+FAILING_PROGRAM = (
+    "import sys; print('to stdout'); print('to stderr', file=sys.stderr); sys.stdout.flush(); "
+    "1 / 0"
+)
+
+
+def test_profile_passes_the_program_output_through_and_keeps_it(tmp_path: Path) -> None:
+    """The profiled program's stdout, stderr and traceback reach the user and OUT.log."""
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "profile", "-o", str(tmp_path / "run"), "--",
+         sys.executable, "-c", FAILING_PROGRAM],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "to stdout\n"  # nothing of nsys's own progress or private paths
+    err = done.stderr.splitlines()
+    assert err[0] == "to stderr" and "Traceback (most recent call last):" in err
+    assert err[-2] == "ZeroDivisionError: division by zero"
+    assert err[-1].startswith("specnsys: error: the profiled command failed (exit status 1)")
+    log = (tmp_path / "run.log").read_text()
+    assert "to stdout\n" in log and "to stderr\n" in log and "ZeroDivisionError" in log
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.log", "run.sqlite"]
+
+
+def test_keep_report_keeps_the_nsys_rep_beside_the_export(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "profile", "--keep-report", "-o",
+         str(tmp_path / "kept"), "--", sys.executable, "-c", "print('hi')"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["hi", str(tmp_path / "kept.sqlite")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kept.log", "kept.nsys-rep", "kept.sqlite"]
+    with specnsys.open(tmp_path / "kept.nsys-rep") as t:
+        assert t.summary.row_counts
 
 
 def test_failing_command_is_a_capture_error(tmp_path: Path) -> None:

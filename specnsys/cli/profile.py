@@ -14,7 +14,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a command under nsys profile and export the trace to SQLite",
         description="Runs nsys profile with flags that are safe on these machines "
         "(--sample=none --cpuctxsw=none), finishes the import/export when nsys stops "
-        "half-way, and prints the path of the .sqlite export.",
+        "half-way, and prints the path of the .sqlite export as its last line. The program's "
+        "stdout and stderr pass through, as with nsys profile, and are kept in OUT.log; the "
+        "intermediate .qdstrm/.nsys-rep files are removed once the export exists.",
     )
     p.add_argument("-o", "--output", required=True, help="report base name (e.g. runs/spec_k4)")
     p.add_argument(
@@ -24,6 +26,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--timeout", type=_seconds, default=600.0, help="seconds before giving up (default 600)"
     )
     p.add_argument("--nsys-arg", action="append", default=[], help="extra nsys profile argument")
+    p.add_argument(
+        "--keep-report",
+        action="store_true",
+        help="keep the .nsys-rep report beside the export (to open in the Nsight Systems GUI)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
     p.set_defaults(run=run)
 
@@ -42,7 +49,12 @@ def _seconds(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     result = profile(
-        command, args.output, trace=args.trace, timeout_s=args.timeout, extra_args=args.nsys_arg
+        command,
+        args.output,
+        trace=args.trace,
+        timeout_s=args.timeout,
+        extra_args=args.nsys_arg,
+        keep_report=args.keep_report,
     )
-    print(result.sqlite)
+    print(result.sqlite, flush=True)
     return 0
