@@ -176,6 +176,9 @@ class Phases:
     breakdown: PhaseBreakdown
     not_available: dict[str, str]
     data_warnings: tuple[str, ...] = ()
+    categories: pl.DataFrame | None = None
+    """With ``by="category"``: GPU op time per ``phase`` and kernel ``category`` (``ops``,
+    ``gpu_ns``; shares are of the summed GPU op time)."""
 
     @property
     def frame(self) -> pl.DataFrame:
@@ -195,15 +198,25 @@ def phases(
     rules: PhaseRules | str | Path | None = None,
     pid: int | None = None,
     use_cache: bool = True,
+    by: str = "phase",
 ) -> Phases:
     """Exclusive wall time per phase of one trace, summing to its window exactly; works on any
-    annotated trace (or any trace under ``rules="nvtx"``), baseline or speculative or neither."""
+    annotated trace (or any trace under ``rules="nvtx"``), baseline or speculative or neither.
+    ``by="category"`` also splits the GPU op time of the window by kernel category and phase
+    (:mod:`specnsys.attribution.categories`)."""
+    from specnsys.attribution.category_time import phase_categories
     from specnsys.attribution.timeline import exclusive_phase_times
 
+    if by not in ("phase", "category"):
+        raise UsageError(f"phases are split by 'phase' or 'category', not {by!r}")
     mapping = resolve_rules(rules)
+    categories = None
     with _checked(path, use_cache, mapping) as (trace, notes, context):
         breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping, context=context)
         caps = trace.summary.capabilities
+        window = (breakdown.window_start_ns, breakdown.window_end_ns)
+        if by == "category" and breakdown.window_ns > 0:
+            categories = phase_categories(trace, context.rules, breakdown.pid, window, context)
     if breakdown.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
         raise BadInputError(f"{path}: nothing to attribute ({who} no phase ranges or GPU work)")
@@ -212,7 +225,7 @@ def phases(
         for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))
         if not caps[cap].available
     }
-    return Phases(str(path), breakdown, not_available, tuple(notes))
+    return Phases(str(path), breakdown, not_available, tuple(notes), categories)
 
 
 @dataclass(frozen=True)

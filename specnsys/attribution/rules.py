@@ -18,6 +18,10 @@ specnsys's own loop emits ranges named after the phase vocabulary in the ``specn
     name = "^step_"
     strip = "_[0-9]+$"           # ... less what this regex matches (optional)
 
+    [[category]]                 # optional: kernel categories tried before the built-in
+    name = "my_sampler"          # table of :mod:`.categories` (``phases --by category``)
+    pattern = "^my_topk_"        # RE2 regex searched in the kernel name
+
 Rules are tried in order; the first match names the range. Ranges no rule matches are ignored
 (time inside them goes to the enclosing phase, or to ``unannotated``). ``phase = "{name}"``
 takes the range's text as the phase, which is how the built-in ``nvtx`` set gives a plain
@@ -44,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specnsys.attribution.categories import KernelCategory
 from specnsys.errors import BadInputError
 from specnsys.vocabulary import DOMAIN, PHASES, REQUEST_PHASE
 
@@ -66,7 +71,8 @@ NAME_PLACEHOLDER = "{name}"
 """A rule target meaning "the range's own text is its phase"."""
 
 _RULE_KEYS = {"phase", "name", "domain", "strip"}
-_FILE_KEYS = {"name", "extends", "custom_phases", "rule"}
+_FILE_KEYS = {"name", "extends", "custom_phases", "rule", "category"}
+_CATEGORY_KEYS = {"name", "pattern"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,8 @@ class PhaseRules:
     phases: tuple[str, ...]
     """Declared phases in report order (named targets in rule order, vocabulary order first)."""
     source: str = "built-in"
+    categories: tuple[KernelCategory, ...] = ()
+    """Kernel categories tried before the built-in table (``[[category]]`` in a rules file)."""
 
     @property
     def takes_range_names(self) -> bool:
@@ -304,7 +312,33 @@ def load_rules(path: str | Path) -> PhaseRules:
     name = data.get("name", path.stem)
     if not isinstance(name, str):
         raise BadInputError(f"{where}: name must be a string")
-    return PhaseRules(name, all_rules, tuple(dict.fromkeys(vocab_first)), source=where)
+    categories = (*(base.categories if base else ()), *_load_categories(data, where))
+    return PhaseRules(
+        name, all_rules, tuple(dict.fromkeys(vocab_first)), source=where, categories=categories
+    )
+
+
+def _load_categories(data: dict[str, object], where: str) -> tuple[KernelCategory, ...]:
+    """The file's ``[[category]]`` tables: a name and an RE2 pattern each, checked."""
+    raw = data.get("category", [])
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise BadInputError(f"{where}: kernel categories are written as [[category]] tables")
+    out: list[KernelCategory] = []
+    for number, entry in enumerate(raw, start=1):
+        label = f"{where}: category {number}"
+        extra = set(entry) - _CATEGORY_KEYS
+        if extra:
+            raise BadInputError(
+                f"{label}: unknown key(s) {sorted(extra)} (allowed: name, pattern)"
+            )
+        name, pattern = entry.get("name"), entry.get("pattern")
+        if not isinstance(name, str) or not name.strip():
+            raise BadInputError(f"{label}: 'name' must be a non-empty string")
+        if not isinstance(pattern, str) or not pattern:
+            raise BadInputError(f"{label}: 'pattern' must be a regex string")
+        _check_regex(pattern, f"{label}: 'pattern'")
+        out.append(KernelCategory(name.strip(), pattern))
+    return tuple(out)
 
 
 def _check_regex(pattern: str, label: str) -> None:

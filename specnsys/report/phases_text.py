@@ -6,6 +6,9 @@ Pure rendering: the numbers come from the attribution engine; this module only f
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import polars as pl
 
 from specnsys.attribution.timeline import PhaseBreakdown
 
@@ -96,4 +99,58 @@ def render_phases_text(
         )
     for what, reason in na.items():
         lines.append(f"{'GPU columns' if what == 'gpu' else 'launches'}: not available ({reason})")
+    return "\n".join(lines)
+
+
+def categories_dict(table: pl.DataFrame) -> dict[str, object]:
+    """GPU op time per kernel category (``phases --by category``), largest first, each with its
+    split over phases; shares are of the summed GPU op time of the window (``gpu_op_ns``)."""
+    total = int(table["gpu_ns"].sum()) if table.height else 0
+    per_category = (
+        table.group_by("category")
+        .agg(pl.col("ops").sum(), pl.col("gpu_ns").sum())
+        .sort(["gpu_ns", "category"], descending=[True, False])
+    )
+    rows = []
+    for r in per_category.iter_rows(named=True):
+        parts = table.filter(pl.col("category") == r["category"]).sort(
+            ["gpu_ns", "phase"], descending=[True, False]
+        )
+        rows.append(
+            {
+                "category": r["category"],
+                "ops": int(r["ops"]),
+                "gpu_ns": int(r["gpu_ns"]),
+                "share": r["gpu_ns"] / total if total else 0.0,
+                "by_phase": dict(zip(parts["phase"], map(int, parts["gpu_ns"]), strict=True)),
+            }
+        )
+    return {"shares_of": "gpu_op_ns", "gpu_op_ns": total, "rows": rows}
+
+
+def render_categories_text(table: pl.DataFrame, top_phases: int = 3) -> str:
+    """The terminal table of :func:`categories_dict`: one line per category, with the phases
+    that launched most of its time."""
+    doc = categories_dict(table)
+    total = int(doc["gpu_op_ns"])  # type: ignore[call-overload]
+    rows: list[dict[str, Any]] = doc["rows"]  # type: ignore[assignment]
+    if not rows:
+        return "kernel categories: no GPU work in the window"
+    ms = 1e6
+    lines = [
+        "GPU op time per kernel category (shares of the summed GPU op time of the window, "
+        f"{total / ms:.3f} ms; concurrent ops each count)",
+        "",
+        f"{'category':<18}{'ops':>9}{'GPU ms':>12}{'share':>8}  launched in (share of the category)",
+    ]
+    for r in rows:
+        phases = list(r["by_phase"].items())
+        parts = ", ".join(
+            f"{phase} {ns / r['gpu_ns']:.0%}" for phase, ns in phases[:top_phases] if r["gpu_ns"]
+        )
+        if len(phases) > top_phases:
+            parts += f", {len(phases) - top_phases} more"
+        lines.append(
+            f"{r['category']:<18}{r['ops']:>9,}{r['gpu_ns'] / ms:>12.3f}{r['share']:>8.1%}  {parts}"
+        )
     return "\n".join(lines)
