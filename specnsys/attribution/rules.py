@@ -25,6 +25,11 @@ per-NVTX-range breakdown for traces without any specnsys ranges. Phase names out
 vocabulary are refused (a typo would otherwise silently become "non-accelerable" time) unless
 the file says ``custom_phases = true``.
 
+Built-in packs map the engines' own names the same way: ``--rules vllm``, ``sglang``,
+``trtllm`` and ``torch`` are TOML files of this format in :mod:`specnsys.attribution.packs`
+(each names the engine files and version it follows, and what its names cannot tell), loaded
+by :func:`load_rules` like a user's file; a user's file may ``extends = "vllm"``.
+
 Only push/pop ranges become phases: they nest per thread, which the innermost-range lookup of
 :mod:`.launch` relies on. A rule mapping to ``request`` may match push/pop or start/end ranges;
 those set the analysis window.
