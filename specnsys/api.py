@@ -87,6 +87,7 @@ def _checked(
     analysis in the block shares: the phase index and the launch attribution built once."""
     from specnsys.attribution.context import AttributionContext
     from specnsys.attribution.launch import rules_for
+    from specnsys.attribution.rule_match import unmatched_rules_note
     from specnsys.ingest import open_trace
     from specnsys.ingest.quality import data_warnings_beside
     from specnsys.vocabulary import DOMAIN, PHASES
@@ -97,8 +98,12 @@ def _checked(
         data_warnings_beside(trace) as found,
         AttributionContext(trace, rules_for(PHASES, DOMAIN, rules)) as context,
     ):
+        # explicit rules (a pack, a file) that map nothing say so: every phase would be empty
+        unmatched = None if rules is None else unmatched_rules_note(trace, rules, str(path))
         yield trace, notes, context
     notes.extend(f"{path}: {note}" for note in found())
+    if unmatched is not None:
+        notes.append(unmatched)
 
 
 def _analyze_open(
@@ -237,33 +242,64 @@ class Table:
     per: str | None = None
     """``"name"`` or ``"instance"`` for ranges; None for kernels."""
     data_warnings: tuple[str, ...] = ()
+    grouping: dict[str, str] | None = None
+    """The grouping option asked for (``{"group_by": "name"}``, ``{"by": "short"}``); None:
+    the default rows, and the document has no such key."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document: ``trace``, ``per`` (ranges), ``rows``."""
+    @property
+    def header(self) -> dict[str, Any]:
+        """The ``--json`` document's keys before ``rows``."""
         header: dict[str, Any] = {"trace": self.path}
         if self.per is not None:
             header["per"] = self.per
-        return {**header, "rows": self.frame.to_dicts()}
+        return {**header, **(self.grouping or {})}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: ``trace``, ``per`` (ranges), the grouping asked, ``rows``."""
+        return {**self.header, "rows": self.frame.to_dicts()}
 
 
-def kernels(path: str | Path, *, use_cache: bool = True) -> Table:
-    """Time per CUDA kernel (name, grid, block), as ``nsys stats -r gpukernsum``."""
-    from specnsys.attribution.kernel_summary import kernel_summary
+def kernels(path: str | Path, *, by: str | None = None, use_cache: bool = True) -> Table:
+    """Time per CUDA kernel (name, grid, block), as ``nsys stats -r gpukernsum``; *by*
+    ``"short"`` or ``"demangled"``: one row per kernel name, launch configurations together."""
+    from specnsys.attribution.kernel_summary import KERNEL_NAMES, kernel_summary
 
+    if by is not None and by not in KERNEL_NAMES:
+        raise UsageError(f"kernels --by takes {' or '.join(KERNEL_NAMES)}, not {by!r}")
     with _checked(path, use_cache) as (trace, notes, _context):
-        summary = kernel_summary(trace)
-    return Table(str(path), summary, None, tuple(notes))
+        summary = kernel_summary(trace, by)
+    grouping = None if by is None else {"by": by}
+    return Table(str(path), summary, None, tuple(notes), grouping)
 
 
-def ranges(path: str | Path, *, instances: bool = False, use_cache: bool = True) -> Table:
-    """Every NVTX range's GPU work, as ``nsys stats -r nvtxgpuproj``: one row per range name,
-    or per range instance with *instances*."""
-    from specnsys.attribution.projection import nvtx_gpu_projection, nvtx_gpu_projection_summary
+def ranges(
+    path: str | Path,
+    *,
+    instances: bool = False,
+    group_by: str | None = None,
+    use_cache: bool = True,
+) -> Table:
+    """Every NVTX range's GPU work, as ``nsys stats -r nvtxgpuproj``: one row per range text,
+    or per range instance with *instances*; *group_by* ``"name"`` aggregates the texts that
+    differ only by per-call decoration (torch's ``, op_id = N``)."""
+    from specnsys.attribution.projection import (
+        GROUP_BY,
+        nvtx_gpu_projection,
+        nvtx_gpu_projection_summary,
+    )
 
+    if group_by is not None and group_by not in GROUP_BY:
+        raise UsageError(f"ranges --group-by takes {' or '.join(GROUP_BY)}, not {group_by!r}")
+    if group_by is not None and instances:
+        raise UsageError(
+            "ranges --group-by groups the per-name table; --instances has one row per range"
+        )
     with _checked(path, use_cache) as (trace, notes, _context):
         projection = nvtx_gpu_projection(trace)
-    frame = projection if instances else nvtx_gpu_projection_summary(projection)
-    return Table(str(path), frame, "instance" if instances else "name", tuple(notes))
+    frame = projection if instances else nvtx_gpu_projection_summary(projection, group_by or "text")
+    grouping = None if group_by is None else {"group_by": group_by}
+    per = "instance" if instances else "name"
+    return Table(str(path), frame, per, tuple(notes), grouping)
 
 
 @dataclass(frozen=True)

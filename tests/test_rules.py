@@ -185,7 +185,7 @@ def test_gpu_ops_with_phase_accepts_rules(tmp_path: Path) -> None:
         ("rules = 1\n", "unknown key(s) ['rules']"),
         ("name = 'x'\n", "no [[rule]] tables"),
         ("[[rule]\n", "not valid TOML"),
-        ("extends = 'vllm'\n", "unknown built-in rule set 'vllm'"),
+        ("extends = 'vllm-v0'\n", "unknown built-in rule set 'vllm-v0'"),
     ],
 )
 def test_bad_rules_files_give_one_clear_error(tmp_path: Path, text: str, message: str) -> None:

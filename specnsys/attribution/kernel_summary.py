@@ -19,11 +19,10 @@ import polars as pl
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
-__all__ = ["kernel_summary"]
+__all__ = ["KERNEL_NAMES", "kernel_summary"]
 
 _SQL = """
-SELECT coalesce(demangled_name, short_name) AS name,
-       grid_x, grid_y, grid_z, block_x, block_y, block_z,
+SELECT {keys},
        sum("end" - start)::HUGEINT AS total_ns,
        count(*)::BIGINT AS instances,
        avg("end" - start) AS avg_ns,
@@ -36,12 +35,33 @@ WHERE start IS NOT NULL AND "end" >= start  -- malformed rows: skipped, as in at
 GROUP BY ALL
 """
 
+_PER_LAUNCH_CONFIG = (
+    "coalesce(demangled_name, short_name) AS name, "
+    "grid_x, grid_y, grid_z, block_x, block_y, block_z"
+)
+"""The default grouping: NVIDIA's gpukernsum rows (demangled name, grid, block)."""
 
-def kernel_summary(trace: Trace) -> pl.DataFrame:
-    """One row per (kernel name, grid, block), largest total time first, with its share."""
+
+KERNEL_NAMES = {
+    "short": "coalesce(short_name, demangled_name)",
+    "demangled": "coalesce(demangled_name, short_name)",
+}
+"""``kernels --by``: one row per kernel name, every launch configuration together -- the short
+name (``ampere_sgemm_128x64_nn``, template arguments and parameters dropped, so instantiations
+of one kernel merge) or the demangled name (each instantiation its own row)."""
+
+
+def kernel_summary(trace: Trace, by: str | None = None) -> pl.DataFrame:
+    """One row per (kernel name, grid, block), largest total time first, with its share; with
+    *by* (a key of :data:`KERNEL_NAMES`), one row per kernel name, without grid and block."""
+    keys = _PER_LAUNCH_CONFIG
+    if by is not None:
+        if by not in KERNEL_NAMES:
+            raise ValueError(f"by must be one of {sorted(KERNEL_NAMES)}, not {by!r}")
+        keys = f"{KERNEL_NAMES[by]} AS name"
     # read through the Arrow C stream (``.pl()`` would import pyarrow, a quarter second);
     # DuckDB hands HUGEINT over as Decimal(38, 0), Int128 keeps it an exact integer
-    frame = pl.DataFrame(trace.connection.sql(_SQL))
+    frame = pl.DataFrame(trace.connection.sql(_SQL.format(keys=keys)))
     frame = frame.with_columns(pl.col("total_ns").cast(pl.Int128))
     total = int(frame["total_ns"].sum()) if frame.height else 0
     share = pl.col("total_ns").cast(pl.Float64) / float(total) if total else pl.lit(0.0)

@@ -40,12 +40,13 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.attribution.intervals import islands_sql
+from specnsys.attribution.rules import TORCH_OP_DECORATION
 from specnsys.ingest.summary import MAX_ABS_TIME_NS
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
-__all__ = ["nvtx_gpu_projection", "nvtx_gpu_projection_summary"]
+__all__ = ["GROUP_BY", "nvtx_gpu_projection", "nvtx_gpu_projection_summary"]
 
 _PLAUSIBLE = f"BETWEEN -{MAX_ABS_TIME_NS} AND {MAX_ABS_TIME_NS}"
 
@@ -142,14 +143,27 @@ def nvtx_gpu_projection(trace: Trace) -> pl.DataFrame:
     return pl.DataFrame(trace.connection.sql(_PROJECTION_SQL))
 
 
-def nvtx_gpu_projection_summary(projection: pl.DataFrame) -> pl.DataFrame:
+GROUP_BY = ("text", "name")
+"""What ``ranges`` aggregates over: ``text``, the range's full text (nsys's own grouping), or
+``name``, the text less per-call decoration (:data:`~specnsys.attribution.rules.
+TORCH_OP_DECORATION`: torch's ``, seq = N`` / ``, op_id = N``), so the calls of one operator
+are one row instead of one row each."""
+
+
+def nvtx_gpu_projection_summary(projection: pl.DataFrame, group_by: str = "text") -> pl.DataFrame:
     """Per range name: instances, CPU time, projected GPU span and busy time, GPU ops.
 
     Sorted by total projected span, largest first; the summary NVIDIA's ``nvtx_gpu_proj_sum``
     recipe gives, plus busy time. The time sums are 128-bit integers: one duration fits int64
     (times lie within +-2**60 ns), a sum of eight need not, and Polars wraps an Int64 sum
-    silently.
+    silently. *group_by* ``"name"`` strips the per-call decoration first (:data:`GROUP_BY`).
     """
+    if group_by not in GROUP_BY:
+        raise ValueError(f"group_by must be one of {GROUP_BY}, not {group_by!r}")
+    if group_by == "name":
+        projection = projection.with_columns(
+            pl.col("name").str.replace_all(TORCH_OP_DECORATION, "")
+        )
     return (
         projection.group_by("name", "style")
         .agg(

@@ -29,6 +29,11 @@ per-NVTX-range breakdown for traces without any specnsys ranges. Phase names out
 vocabulary are refused (a typo would otherwise silently become "non-accelerable" time) unless
 the file says ``custom_phases = true``.
 
+Built-in packs map the engines' own names the same way: ``--rules vllm``, ``sglang``,
+``trtllm`` and ``torch`` are TOML files of this format in :mod:`specnsys.attribution.packs`
+(each names the engine files and version it follows, and what its names cannot tell), loaded
+by :func:`load_rules` like a user's file; a user's file may ``extends = "vllm"``.
+
 Only push/pop ranges become phases: they nest per thread, which the innermost-range lookup of
 :mod:`.launch` relies on. A rule mapping to ``request`` may match push/pop or start/end ranges;
 those set the analysis window.
@@ -44,8 +49,9 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from specnsys.attribution.categories import KernelCategory
@@ -58,8 +64,10 @@ __all__ = [
     "REQUEST",
     "PhaseRule",
     "PhaseRules",
+    "ENGINE_PACKS",
     "builtin_rules",
     "default_rules",
+    "pack_rules",
     "load_rules",
     "resolve_rules",
 ]
@@ -184,11 +192,27 @@ def _nvtx_rules() -> PhaseRules:
     return PhaseRules("nvtx", (PhaseRule(NAME_PLACEHOLDER, strip=TORCH_OP_DECORATION),), ())
 
 
-BUILTIN_RULES = {
+PACKS_DIR = Path(__file__).resolve().parent / "packs"
+"""Where the engine rule packs live: one TOML rules file per engine, shipped as package data."""
+
+ENGINE_PACKS = ("vllm", "sglang", "trtllm", "torch")
+"""The built-in packs mapping an inference engine's own NVTX names onto the phases; each file
+names, in its header, the engine files and version it follows and what its names cannot tell."""
+
+
+def pack_rules(name: str) -> PhaseRules:
+    """The engine pack *name* (``packs/NAME.toml``), read by the same loader as a user's rules
+    file, so a pack is checked exactly like one; labelled built-in."""
+    rules = load_rules(PACKS_DIR / f"{name}.toml")
+    return replace(rules, source="built-in")
+
+
+BUILTIN_RULES: dict[str, Callable[[], PhaseRules]] = {
     "specnsys": default_rules,
     "nvtx": _nvtx_rules,
+    **{name: partial(pack_rules, name) for name in ENGINE_PACKS},
 }
-"""Rule sets usable by name (``--rules specnsys``, ``--rules nvtx``)."""
+"""Rule sets usable by name (``--rules specnsys``, ``--rules nvtx``, ``--rules vllm`` ...)."""
 
 
 def builtin_rules(name: str) -> PhaseRules:

@@ -11,15 +11,22 @@ from specnsys.report.projection_text import render_frame_json, render_kernels_te
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("kernels", help="time per CUDA kernel (name, grid, block)")
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
+    p.add_argument(
+        "--by",
+        choices=("short", "demangled"),
+        help="one row per kernel name, launch configurations together: the short name "
+        "(template instantiations merge) or the demangled name (default: per name, grid, "
+        "block, as nsys gpukernsum)",
+    )
     p.add_argument("--max-rows", type=int, default=30, help="rows in the table (default 30)")
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    table = api.kernels(args.trace, use_cache=not args.no_cache)
+    table = api.kernels(args.trace, by=args.by, use_cache=not args.no_cache)
     if args.json:
-        print(render_frame_json(table.frame, trace=table.path))
+        print(render_frame_json(table.frame, **table.header))
     else:
         print(render_kernels_text(table.frame, args.max_rows))
     api.warn(table)

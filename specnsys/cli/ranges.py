@@ -16,15 +16,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--instances", action="store_true", help="one row per range instance, not per name"
     )
+    p.add_argument(
+        "--group-by",
+        choices=("text", "name"),
+        help="rows per range text (text, the default: as nsys) or per name (name: texts that "
+        "differ only by per-call decoration such as torch's ', op_id = N' are one row)",
+    )
     p.add_argument("--max-rows", type=int, default=30, help="rows in the table (default 30)")
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    table = api.ranges(args.trace, instances=args.instances, use_cache=not args.no_cache)
+    table = api.ranges(
+        args.trace, instances=args.instances, group_by=args.group_by, use_cache=not args.no_cache
+    )
     if args.json:
-        print(render_frame_json(table.frame, trace=table.path, per=table.per))
+        print(render_frame_json(table.frame, **table.header))
     elif args.instances:
         print(table.frame.head(args.max_rows))
     else:

@@ -56,24 +56,30 @@ def render_ranges_text(summary: pl.DataFrame, max_rows: int = 30) -> str:
 
 
 def render_kernels_text(summary: pl.DataFrame, max_rows: int = 30) -> str:
-    """Per kernel (name, grid, block): share of summed kernel time, total, count, avg."""
+    """Per kernel (name, grid, block): share of summed kernel time, total, count, avg; a
+    summary grouped by name only (``kernels --by``) has no grid and block columns."""
     if summary.height == 0:
         return "no CUDA kernels in this trace"
+    per_config = "grid_x" in summary.columns
     total = int(summary["total_ns"].sum())
     lines = [
         f"CUDA kernels: {int(summary['instances'].sum()):,} launches, {total / _MS:.3f} ms summed "
         "kernel time (share = of that sum, not of wall time; streams overlap)",
         "",
-        f"{'share':>7}{'total ms':>11}{'count':>9}{'avg us':>10}{'grid':>16}{'block':>14}  kernel",
+        f"{'share':>7}{'total ms':>11}{'count':>9}{'avg us':>10}"
+        + (f"{'grid':>16}{'block':>14}" if per_config else "")
+        + "  kernel",
     ]
     for r in summary.head(max_rows).iter_rows(named=True):
-        grid = f"{r['grid_x']}x{r['grid_y']}x{r['grid_z']}"
-        block = f"{r['block_x']}x{r['block_y']}x{r['block_z']}"
+        config: tuple[tuple[str, int], ...] = ()
+        if per_config:
+            grid = f"{r['grid_x']}x{r['grid_y']}x{r['grid_z']}"
+            block = f"{r['block_x']}x{r['block_y']}x{r['block_z']}"
+            config = ((grid, 16), (block, 14))
         lines.append(
             _cells(
                 (f"{r['share']:.1%}", 7), (f"{r['total_ns'] / _MS:.3f}", 11),
-                (f"{r['instances']:,}", 9), (f"{r['avg_ns'] / 1e3:.2f}", 10), (grid, 16),
-                (block, 14),
+                (f"{r['instances']:,}", 9), (f"{r['avg_ns'] / 1e3:.2f}", 10), *config,
             )
             + f"  {_clip(r['name'], 70)}"
         )  # fmt: skip
