@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 #: What ``import specnsys`` exposes from here (besides the result classes below).
 PUBLIC_FUNCTIONS = (
     "analyze",
+    "analyze_steps",
     "compare",
     "figure",
     "kernels",
@@ -133,6 +134,25 @@ def _analyze_resolved(
     with _checked(path, use_cache, rules) as (trace, notes, context):
         analysis = _analyze_open(trace, rules, pid, context)
     return replace(analysis, data_warnings=tuple(notes))
+
+
+def analyze_steps(
+    path: str | Path,
+    *,
+    rules: PhaseRules | str | Path | None = None,
+    pid: int | None = None,
+    use_cache: bool = True,
+) -> tuple[Analysis, pl.DataFrame]:
+    """:func:`analyze` and the run's decode steps (:func:`specnsys.metrics.steps.step_table`:
+    duration, batch, proposed/accepted, draft/verify/forward/sample time per step), from one
+    opening of the trace: what ``specnsys collect`` keeps per run."""
+    from specnsys.metrics.steps import analysis_steps
+
+    mapping = resolve_rules(rules)
+    with _checked(path, use_cache, mapping) as (trace, notes, context):
+        analysis = _analyze_open(trace, mapping, pid, context)
+        steps = analysis_steps(trace, analysis, mapping, context)
+    return replace(analysis, data_warnings=tuple(notes)), steps
 
 
 def _warnings_of(results: Sequence[Any]) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "specnsys"
 LAYERS: tuple[tuple[str, ...], ...] = (  # top to bottom
     ("specnsys", "specnsys.__main__"),
     ("specnsys.cli",),
+    ("specnsys.runset",),
     ("specnsys.api",),
     ("specnsys.capture", "specnsys.annotate"),
     ("specnsys.report",),

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     from specnsys import __version__
     from specnsys.cli import (
         analyze,
+        collect,
         compare,
         info,
         kernels,
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.register(sub)
     plot.register(sub)
     report.register(sub)
+    collect.register(sub)
     schema.register(sub)
     return parser
 

@@ -62,9 +62,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "sql",
         help="run DuckDB SQL over the model tables",
         description="Tables: threads, processes, nvtx, runtime, kernels, memcpy, memset, "
-        "sync, gpu_metrics, gpus.",
+        "sync, gpu_metrics, gpus; on a dataset of specnsys collect: runs, phases, steps, "
+        "requests.",
     )
-    p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
+    p.add_argument(
+        "trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH), or a collect dataset"
+    )
     p.add_argument("query", help='a DuckDB query, e.g. "SELECT count(*) FROM kernels"')
     p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
     p.add_argument("-o", "--output", type=Path, help="write the result to this file")
@@ -103,6 +106,8 @@ def _seconds(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     if args.format == "parquet" and args.output is None:
         raise UsageError("--format parquet needs -o FILE")
+    if Path(args.trace).is_dir():
+        return _run_on_dataset(args)
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
         # Second line behind Trace.sql's statement check: no file outside the cache folder.
         lock_down(trace.connection, [trace.cache_folder] if trace.cache_folder else [])
@@ -110,6 +115,28 @@ def run(args: argparse.Namespace) -> int:
             check_output_path(args.output, [Path(args.trace), trace.path, cache.cache_root()])
         with _answering(trace.connection, args.timeout):
             relation = trace.sql(args.query)
+            if relation is None:
+                raise UsageError(
+                    "the query holds no statement (only comments or blanks); give a SELECT"
+                )
+            result = _render(_unique_columns(relation), args.format, args.max_rows)
+    if isinstance(result, str):
+        _write_text(result, args.output)
+    else:
+        _write_parquet(result, args.output)
+    return 0
+
+
+def _run_on_dataset(args: argparse.Namespace) -> int:
+    """``sql DATASET``: the same answer path over a ``collect`` dataset's tables."""
+    from specnsys.runset.reader import DatasetReader
+
+    with DatasetReader(args.trace) as dataset:
+        lock_down(dataset.connection, [dataset.root])
+        if args.output is not None:
+            check_output_path(args.output, [dataset.root])
+        with _answering(dataset.connection, args.timeout):
+            relation = dataset.sql(args.query)
             if relation is None:
                 raise UsageError(
                     "the query holds no statement (only comments or blanks); give a SELECT"

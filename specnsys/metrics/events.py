@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from specnsys.attribution import PhaseBreakdown, PhaseRules
     from specnsys.ingest import Trace
 
-__all__ = ["Scope", "mark_phases", "marks", "marks_relation", "resolve"]
+__all__ = ["MARKS_WHERE", "Scope", "mark_phases", "marks", "marks_relation", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -61,17 +61,20 @@ def resolve(rules: object | None) -> PhaseRules:
     return rules_for(PHASES, DOMAIN, rules)  # type: ignore[arg-type]
 
 
+#: The integer marks of the specnsys domain named one of ``$names``, of process ``$pid``, in
+#: the window ``[$ws, $we]``: the condition every mark query shares.
+MARKS_WHERE = """kind = 'mark' AND domain = $domain AND pid = $pid
+    AND list_contains($names, text) AND payload_int IS NOT NULL
+    AND start >= $ws AND start <= $we"""
+
+
 def marks_relation(
     trace: Trace, scope: Scope, names: tuple[str, ...], columns: str, order: str = ""
 ) -> duckdb.DuckDBPyRelation:
     """*columns* (SQL over ``nvtx``) of the integer marks of the ``specnsys`` domain named one
     of *names* in the window, with ``ORDER BY`` *order* when given."""
     return trace.connection.sql(
-        f"""SELECT {columns}
-            FROM nvtx
-            WHERE kind = 'mark' AND domain = $domain AND pid = $pid
-              AND list_contains($names, text) AND payload_int IS NOT NULL
-              AND start >= $ws AND start <= $we
+        f"""SELECT {columns} FROM nvtx WHERE {MARKS_WHERE}
             {f"ORDER BY {order}" if order else ""}""",
         params={
             "domain": DOMAIN,

@@ -1,0 +1,152 @@
+"""``step_table``: one row per decode step, the unit of a speculative step's cost model.
+
+A step is one range of the run's step phase (``decode``; else ``verify`` in a speculative run
+and ``forward`` in a baseline: :func:`~specnsys.attribution.timeline.step_phase`) on the
+analysis's driver thread inside its window. Per step:
+
+* ``duration_ns``: the step range's wall time;
+* ``draft_ns``, ``verify_ns``, ``forward_ns``, ``sample_ns``: the wall time of that phase's
+  ranges on the driver thread inside the step (ranges starting in the step, clipped to its end),
+  so a step's parts never exceed its duration;
+* ``proposed``/``accepted``: the sums of those marks emitted in the step, ``sequences`` their
+  count (one ``accepted`` mark per sequence per step, DESIGN.md §3);
+* ``batch``: the sequences decoded in the step: ``sequences`` where acceptance marks exist,
+  else the ``request`` ranges open at the step's start (null without either);
+* ``tokens``: the sum of ``tokens`` marks in the step (null without them).
+
+Everything is SQL over the model (ASOF joins place ranges and marks in their step), so the
+cost is linear in ranges and marks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from specnsys.attribution.phase_map import mapped_nvtx_sql, phase_ranges_sql
+from specnsys.attribution.timeline import step_phase
+from specnsys.metrics.events import MARKS_WHERE, Scope, resolve
+from specnsys.vocabulary import (
+    ACCEPTED_MARK,
+    DOMAIN,
+    PROPOSED_MARK,
+    REQUEST_PHASE,
+    TOKENS_MARK,
+)
+
+if TYPE_CHECKING:
+    from specnsys.attribution.context import AttributionContext
+    from specnsys.attribution.rules import PhaseRules
+    from specnsys.ingest import Trace
+    from specnsys.metrics.analysis import Analysis
+
+__all__ = ["STEP_COLUMNS", "STEP_PARTS", "analysis_steps", "step_table"]
+
+#: The phases whose time inside each step is a column ``<phase>_ns``.
+STEP_PARTS = ("draft", "verify", "forward", "sample")
+
+STEP_COLUMNS = {
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "duration_ns": pl.Int64,
+    **{f"{p}_ns": pl.Int64 for p in STEP_PARTS},
+    "sequences": pl.Int64,
+    "proposed": pl.Int64,
+    "accepted": pl.Int64,
+    "batch": pl.Int64,
+    "tokens": pl.Int64,
+}
+
+
+def step_table(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
+    """The steps of *scope* (see the module docs); :data:`STEP_COLUMNS`, ordered by start."""
+    if scope.driver_gtid is None:
+        return pl.DataFrame(schema=STEP_COLUMNS)
+    con = trace.connection
+    prm = {
+        "gtid": scope.driver_gtid,
+        "pid": scope.pid,
+        "ws": scope.start_ns,
+        "we": scope.end_ns,
+        "step": step_phase,
+        "parts": list(STEP_PARTS),
+    }
+    ranges = f"""
+        SELECT s, coalesce(e, $we) AS e, phase FROM ({phase_ranges_sql(scope.rules)})
+        WHERE gtid = $gtid AND s >= $ws AND s < $we
+    """
+    prm["domain"] = DOMAIN
+    prm["names"] = [PROPOSED_MARK, ACCEPTED_MARK, TOKENS_MARK]
+    mark_rows = f"""
+        SELECT text AS name, payload_int AS v, start AS t, global_tid AS g FROM nvtx
+        WHERE {MARKS_WHERE}
+    """
+    part_sums = ", ".join(
+        f"coalesce(sum(p.ns) FILTER (WHERE p.phase = '{p}'), 0) AS {p}_ns" for p in STEP_PARTS
+    )
+    sql = f"""
+    WITH steps AS (
+        SELECT row_number() OVER (ORDER BY s, e) - 1 AS step, s, least(e, $we) AS e
+        FROM ({ranges}) WHERE phase = $step
+    ),
+    parts AS (
+        SELECT st.step, r.phase, least(r.e, st.e) - r.s AS ns
+        FROM (SELECT * FROM ({ranges}) WHERE list_contains($parts, phase)) r
+        ASOF JOIN steps st ON r.s >= st.s
+        WHERE r.s < st.e
+    ),
+    mk AS (
+        SELECT st.step, m.name, m.v
+        FROM ({mark_rows}) m
+        ASOF JOIN steps st ON m.t >= st.s
+        WHERE m.t <= st.e AND m.g = $gtid
+    ),
+    requests AS (
+        SELECT s, coalesce(e, $we) AS e FROM ({mapped_nvtx_sql(scope.rules)})
+        WHERE phase = '{REQUEST_PHASE}' AND pid = $pid
+    ),
+    per_part AS (SELECT step, {part_sums} FROM parts p GROUP BY step),
+    per_mark AS (
+        SELECT step,
+               count(*) FILTER (WHERE name = '{ACCEPTED_MARK}') AS sequences,
+               sum(v) FILTER (WHERE name = '{PROPOSED_MARK}') AS proposed,
+               sum(v) FILTER (WHERE name = '{ACCEPTED_MARK}') AS accepted,
+               sum(v) FILTER (WHERE name = '{TOKENS_MARK}') AS tokens
+        FROM mk GROUP BY step
+    ),
+    open_requests AS (
+        SELECT st.step, count(q.s) AS n
+        FROM steps st LEFT JOIN requests q ON q.s <= st.s AND q.e > st.s
+        GROUP BY st.step
+    )
+    SELECT st.step, st.s AS start_ns, st.e - st.s AS duration_ns,
+           {", ".join(f"coalesce(pp.{p}_ns, 0) AS {p}_ns" for p in STEP_PARTS)},
+           coalesce(pm.sequences, 0) AS sequences, pm.proposed, pm.accepted,
+           CASE WHEN pm.sequences > 0 THEN pm.sequences
+                WHEN o.n > 0 THEN o.n END AS batch,
+           pm.tokens
+    FROM steps st
+    LEFT JOIN per_part pp USING (step)
+    LEFT JOIN per_mark pm USING (step)
+    LEFT JOIN open_requests o USING (step)
+    ORDER BY st.step
+    """
+    frame: pl.DataFrame = con.sql(sql, params=prm).pl()
+    return frame.select(pl.col(c).cast(t) for c, t in STEP_COLUMNS.items())
+
+
+def analysis_steps(
+    trace: Trace,
+    analysis: Analysis,
+    rules: PhaseRules | None,
+    context: AttributionContext | None = None,
+) -> pl.DataFrame:
+    """:func:`step_table` of *analysis* (of *trace*, under *rules*: None for the specnsys
+    convention): its process, driver thread, window and step phase."""
+    b = analysis.breakdown
+    if b is None:
+        return pl.DataFrame(schema=STEP_COLUMNS)
+    walls = {name: int(row["wall_ns"]) for name, row in analysis.phases.items()}
+    scope = Scope.of(b, resolve(rules), context)
+    return step_table(trace, scope, step_phase(b.range_counts, walls))

@@ -1,0 +1,248 @@
+"""``collect``: analyse many traces once each, in parallel, into one dataset.
+
+The per-trace work (:func:`analyse_trace`: open, analyze, steps) is one pure function of the
+trace and the settings, so it runs unchanged in a local process pool (the default) or on a
+Dask cluster (``--dask tcp://HOST:PORT`` or ``--dask local``): the same function, the same
+records, an identical dataset. Only the parent writes the dataset.
+
+A trace that fails is listed with its one-line reason and the others still land. A worker
+process that dies (killed, out of memory) breaks a local pool: the traces it had not finished
+are tried once more, each in a pool of its own, and a trace that kills its worker again is
+reported as failed, never silently dropped. Dask retries a task whose worker died by itself
+(``distributed.scheduler.allowed-failures``) and then reports it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specnsys.errors import BadInputError, SpecnsysError, UsageError
+from specnsys.runset.dataset import Dataset, RunRecord, run_id_of
+from specnsys.runset.labels import Labeler
+
+__all__ = ["CollectResult", "analyse_trace", "collect", "find_traces"]
+
+TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
+
+
+@dataclass
+class CollectResult:
+    """What one collect did: runs analysed, kept as they were, and failed (with reasons)."""
+
+    dataset: Path
+    analysed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataset": str(self.dataset),
+            "analysed": self.analysed,
+            "unchanged": self.unchanged,
+            "failed": self.failed,
+            "warnings": self.warnings,
+        }
+
+
+def find_traces(inputs: Sequence[str | Path]) -> list[Path]:
+    """The traces named by *inputs*: files as given, folders searched recursively for
+    ``.sqlite``/``.nsys-rep`` files (sorted; a report and its export count once: the export)."""
+    found: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.suffix in TRACE_SUFFIXES and p.is_file())
+        elif path.exists():
+            found.append(path)
+        else:
+            raise BadInputError(f"{path}: no such trace or folder")
+    exports = {p.with_suffix("") for p in found if p.suffix == ".sqlite"}
+    unique = [p for p in found if p.suffix == ".sqlite" or p.with_suffix("") not in exports]
+    return list(dict.fromkeys(p.resolve() for p in unique))
+
+
+def _identity(trace: Path) -> list[Any]:
+    from specnsys.ingest.input_file import file_identity
+
+    return list(file_identity(trace))
+
+
+def analyse_trace(trace: str, settings: dict[str, Any], labels: dict[str, str]) -> RunRecord:
+    """The dataset record of one trace: the work a pool or Dask worker does.
+
+    Raises :class:`SpecnsysError` (one line) when the trace cannot be analysed."""
+    import polars as pl
+
+    from specnsys import api
+
+    path = Path(trace)
+    identity = _identity(path)
+    analysis, steps = api.analyze_steps(
+        path, rules=settings.get("rules"), pid=settings.get("pid"),
+        use_cache=settings.get("use_cache", True),
+    )  # fmt: skip
+    doc = analysis.to_dict()
+    from specnsys.runset.dataset import headline_row
+
+    phases = pl.DataFrame(
+        [{"phase": name, **row} for name, row in doc["phases"].items()],
+        infer_schema_length=None,
+    ) if doc["phases"] else pl.DataFrame()  # fmt: skip
+    requests = pl.DataFrame(doc["latency"]["per_request"], infer_schema_length=None)
+    return RunRecord(
+        trace=str(path),
+        identity=identity,
+        settings=settings,
+        labels=labels,
+        headline=headline_row(doc),
+        phases=phases,
+        steps=steps,
+        requests=requests,
+        warnings=[*analysis.data_warnings, *(f"{path}: {w}" for w in analysis.warnings)],
+    )
+
+
+def _safe(trace: str, settings: dict[str, Any], labels: dict[str, str]) -> RunRecord | str:
+    """:func:`analyse_trace`, with a failure returned as its one-line reason."""
+    try:
+        return analyse_trace(trace, settings, labels)
+    except SpecnsysError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except MemoryError:
+        return "out of memory while analysing"
+    except Exception as exc:  # noqa: BLE001 - one trace's bug must not lose the others
+        return f"internal error: {type(exc).__name__}: {exc}".splitlines()[0]
+
+
+Job = tuple[str, dict[str, Any], dict[str, str]]
+Outcome = RunRecord | str
+
+
+def _run_pool(jobs: list[Job], workers: int) -> Iterable[tuple[Job, Outcome]]:
+    """Run *jobs* in a local process pool; a job whose worker died is retried once alone."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
+    retry: list[Job] = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures: dict[Future[Outcome], Job] = {pool.submit(_safe, *job): job for job in jobs}
+        for future in as_completed(futures):
+            try:
+                yield futures[future], future.result()
+            except BrokenProcessPool:
+                retry.append(futures[future])
+    for job in retry:
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as alone:
+            try:
+                yield job, alone.submit(_safe, *job).result()
+            except BrokenProcessPool:
+                yield job, "the worker analysing it died twice (killed, or out of memory)"
+
+
+def _run_dask(jobs: list[Job], address: str, workers: int) -> Iterable[tuple[Job, Outcome]]:
+    """Run *jobs* on a Dask cluster at *address* (``local``: a LocalCluster of *workers*)."""
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise UsageError(
+            "--dask needs the distributed package: pip install 'specnsys[dask]'"
+        ) from None
+    cluster = None
+    if address == "local":
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(address, timeout="30s")
+        except (OSError, TimeoutError) as exc:
+            raise BadInputError(f"--dask {address}: cannot reach the scheduler ({exc})") from None
+    try:
+        futures = {
+            client.submit(_safe, *job, pure=False, key=f"specnsys-{run_id_of(Path(job[0]))}-{i}"): job
+            for i, job in enumerate(jobs)
+        }
+        for future in dask_completed(list(futures)):
+            job = futures[future]
+            try:
+                yield job, future.result()
+            except Exception as exc:  # noqa: BLE001 - KilledWorker and the like: report it
+                yield job, f"the Dask task failed: {type(exc).__name__}: {exc}".splitlines()[0]
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def collect(
+    inputs: Sequence[str | Path],
+    dataset: str | Path,
+    *,
+    labeler: Labeler | None = None,
+    rules: str | None = None,
+    pid: int | None = None,
+    workers: int | None = None,
+    dask: str | None = None,
+    use_cache: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> CollectResult:
+    """Analyse each trace of *inputs* not already in *dataset* unchanged, and write them.
+
+    Raises :class:`BadInputError` when no trace is given, or when every trace to analyse
+    failed (nothing would land); single failures are in the result.
+    """
+    traces = find_traces(inputs)
+    if not traces:
+        raise BadInputError("no traces given (.sqlite or .nsys-rep files, or folders of them)")
+    labeler = labeler or Labeler()
+    store = Dataset(dataset)
+    result = CollectResult(Path(dataset))
+    settings = {"rules": rules, "pid": pid, "specnsys": _version()}
+    jobs: list[Job] = []
+    for trace in traces:
+        labels = labeler.labels(trace)
+        run_settings = {**settings, "labels": labels}
+        try:
+            identity = _identity(trace)
+        except SpecnsysError as exc:
+            result.failed[str(trace)] = str(exc)
+            store.note_failure(str(trace), str(exc))
+            continue
+        if store.unchanged(run_id_of(trace), identity, run_settings):
+            result.unchanged.append(str(trace))
+            continue
+        jobs.append((str(trace), {**run_settings, "use_cache": use_cache}, labels))
+    n = workers or min(len(jobs), os.cpu_count() or 1) or 1
+    outcomes = _run_dask(jobs, dask, n) if dask else _run_pool(jobs, n) if jobs else []
+    for (done, job_settings, _), outcome in outcomes:
+        if isinstance(outcome, str):
+            result.failed[done] = outcome
+            store.note_failure(done, outcome)
+        else:
+            outcome.settings = {k: v for k, v in job_settings.items() if k != "use_cache"}
+            store.write_run(run_id_of(Path(done)), outcome)
+            result.analysed.append(done)
+            result.warnings += outcome.warnings
+        if progress is not None:
+            progress(done)
+    store.finish()
+    result.analysed.sort()
+    if jobs and not result.analysed and not result.unchanged:
+        first = next(iter(result.failed.items()))
+        raise BadInputError(f"every trace failed; first: {first[0]}: {first[1]}")
+    return result
+
+
+def _version() -> str:
+    from specnsys import __version__
+
+    return __version__

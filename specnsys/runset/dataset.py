@@ -1,0 +1,289 @@
+"""The run-set dataset on disk: four hive-partitioned Parquet tables and a manifest.
+
+::
+
+    DATASET/
+      _specnsys.json                 what was collected: per run its trace, identity, settings;
+                                     the traces that failed, with their one-line reason
+      runs/run_id=<id>/part-0.parquet       one row: labels + every analyze headline number
+      phases/run_id=<id>/part-0.parquet     one row per phase (analyze's phase table)
+      steps/run_id=<id>/part-0.parquet      one row per decode step (metrics.steps)
+      requests/run_id=<id>/part-0.parquet   one row per request (TTFT, TPOT, latency)
+
+Every partition of a table has the same columns and types, so ``pl.scan_parquet(DATASET /
+"runs")`` and DuckDB's ``read_parquet('DATASET/runs/*/*.parquet', hive_partitioning=true)``
+read it as one table (``run_id`` comes from the folder name). The ``runs`` partitions are
+rewritten at each collect with the union of the label names (one row each: cheap); the other
+tables are written once per analysed run. A run's folder is replaced by a rename, and the
+manifest last, so an interrupted collect leaves the previous dataset readable and the next
+collect redoes what is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from specnsys.errors import BadInputError
+
+__all__ = [
+    "MANIFEST",
+    "TABLES",
+    "Dataset",
+    "RunRecord",
+    "is_dataset",
+    "table_glob",
+]
+
+MANIFEST = "_specnsys.json"
+FORMAT = 1
+TABLES = ("runs", "phases", "steps", "requests")
+LABEL_PREFIX = "label_"
+
+#: The columns of analyze's top-level scalar keys, with their types: every run has all of them
+#: (null where its analysis has no value), so every partition has the same columns and types.
+#: Everything else analyze says is in the ``analysis_json`` column.
+HEADLINE_TYPES: dict[str, pl.DataType] = {
+    "path": pl.String(),
+    "mode": pl.String(),
+    "pid": pl.Int64(),
+    "rules": pl.String(),
+    "window_start_ns": pl.Int64(),
+    "window_end_ns": pl.Int64(),
+    "window_ns": pl.Int64(),
+    "tokens": pl.Int64(),
+    "tokens_source": pl.String(),
+    "steps": pl.Int64(),
+    "requests": pl.Int64(),
+    "k": pl.Int64(),
+    "shares_of": pl.String(),
+    "p": pl.Float64(),
+    "accelerable_ns": pl.Int64(),
+    "accelerable_share": pl.Float64(),
+    "dominant_non_accelerable": pl.String(),
+    "per_token_ns": pl.Float64(),
+    "sampler_share": pl.Float64(),
+    "amdahl_ceiling": pl.Float64(),
+    "draft_cost_ratio": pl.Float64(),
+    "gpu": pl.Boolean(),
+}
+#: Nested numbers promoted to columns: (key in analyze's JSON, sub-key) -> column, type.
+NESTED_COLUMNS: dict[tuple[str, str], tuple[str, pl.DataType]] = {
+    ("acceptance", "alpha"): ("alpha", pl.Float64()),
+    ("acceptance", "mean_accepted"): ("mean_accepted", pl.Float64()),
+    ("acceptance", "tokens_per_step"): ("tokens_per_step", pl.Float64()),
+    ("acceptance", "sequence_steps"): ("sequence_steps", pl.Int64()),
+    ("acceptance", "accepted_total"): ("accepted_total", pl.Int64()),
+    ("per_range_ns", "forward_ns"): ("forward_range_ns", pl.Float64()),
+    ("per_range_ns", "verify_ns"): ("verify_range_ns", pl.Float64()),
+    ("per_range_ns", "draft_step_ns"): ("draft_step_ns", pl.Float64()),
+    ("per_range_ns", "draft_forward_ns"): ("draft_forward_ns", pl.Float64()),
+}
+
+PHASE_COLUMNS: dict[str, pl.DataType] = {
+    "phase": pl.String(),
+    "wall_ns": pl.Int64(),
+    "share": pl.Float64(),
+    "gpu_busy_ns": pl.Int64(),
+    "kernels": pl.Int64(),
+    "cpu_inclusive_ns": pl.Int64(),
+    "ranges": pl.Int64(),
+    "accelerable": pl.Boolean(),
+}
+REQUEST_COLUMNS: dict[str, pl.DataType] = {
+    "request_id": pl.Int64(),
+    "output_tokens": pl.Int64(),
+    "ttft_ns": pl.Float64(),
+    "tpot_ns": pl.Float64(),
+    "latency_ns": pl.Float64(),
+}
+
+
+def headline_row(doc: dict[str, Any]) -> dict[str, Any]:
+    """analyze's JSON *doc* as one flat row: its scalar keys, the nested numbers of
+    :data:`NESTED_COLUMNS`, and the whole document as ``analysis_json``."""
+    row: dict[str, Any] = {key: doc.get(key) for key in HEADLINE_TYPES}
+    for (outer, inner), (column, _) in NESTED_COLUMNS.items():
+        nested = doc.get(outer)
+        row[column] = nested.get(inner) if isinstance(nested, dict) else None
+    row["analysis_json"] = json.dumps(doc, sort_keys=True)
+    return row
+
+
+def _headline_schema(row: dict[str, Any]) -> dict[str, pl.DataType]:
+    nested = dict(NESTED_COLUMNS.values())
+    return {key: HEADLINE_TYPES.get(key) or nested.get(key) or pl.String() for key in row}
+
+
+@dataclass
+class RunRecord:
+    """What one analysed trace adds to the dataset (built in a worker, written by the parent)."""
+
+    trace: str
+    identity: list[Any]
+    settings: dict[str, Any]
+    labels: dict[str, str]
+    headline: dict[str, Any]
+    phases: pl.DataFrame
+    steps: pl.DataFrame
+    requests: pl.DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+
+def run_id_of(trace: Path) -> str:
+    """A run's id: a short digest of the trace's absolute path (stable across collects, so a
+    changed trace replaces its own run)."""
+    import hashlib
+
+    return hashlib.blake2b(str(trace.resolve()).encode(), digest_size=8).hexdigest()
+
+
+def is_dataset(path: Path) -> bool:
+    """Whether *path* is a folder written by ``specnsys collect``."""
+    return path.is_dir() and (path / MANIFEST).is_file()
+
+
+def table_glob(root: Path, table: str) -> str:
+    """The glob of *table*'s files (for DuckDB's ``read_parquet``)."""
+    return str(root / table / "*" / "*.parquet")
+
+
+class Dataset:
+    """A dataset folder: its manifest and partitions (see the module docs)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.manifest = self._read_manifest()
+
+    def _read_manifest(self) -> dict[str, Any]:
+        path = self.root / MANIFEST
+        if not self.root.exists():
+            return {"format": FORMAT, "runs": {}, "failed": {}}
+        if not self.root.is_dir():
+            raise BadInputError(f"{self.root}: not a folder (a dataset is a folder)")
+        if not path.is_file():
+            if any(self.root.iterdir()):
+                raise BadInputError(
+                    f"{self.root}: a folder that is not a specnsys dataset (no {MANIFEST}); "
+                    "give an empty or new folder"
+                )
+            return {"format": FORMAT, "runs": {}, "failed": {}}
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BadInputError(f"{path}: unreadable dataset manifest ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise BadInputError(f"{path}: not a dataset manifest of format {FORMAT}")
+        doc.setdefault("runs", {})
+        doc.setdefault("failed", {})
+        return doc
+
+    def unchanged(self, run_id: str, identity: list[Any], settings: dict[str, Any]) -> bool:
+        """Whether the dataset already holds *run_id* from this very trace and settings."""
+        entry = self.manifest["runs"].get(run_id)
+        return (
+            entry is not None
+            and entry.get("identity") == identity
+            and entry.get("settings") == settings
+            and all((self.root / t / f"run_id={run_id}").is_dir() for t in TABLES)
+        )
+
+    def write_run(self, run_id: str, record: RunRecord) -> None:
+        """Write *record*'s phases, steps and requests partitions (the runs row is written by
+        :meth:`finish`) and note the run in the manifest."""
+        frames = {
+            "phases": _typed(record.phases, PHASE_COLUMNS),
+            "steps": record.steps,
+            "requests": _typed(record.requests, REQUEST_COLUMNS),
+        }
+        for table, frame in frames.items():
+            self._replace_partition(table, run_id, frame)
+        self.manifest["runs"][run_id] = {
+            "trace": record.trace,
+            "identity": record.identity,
+            "settings": record.settings,
+            "labels": record.labels,
+            "headline": record.headline,
+        }
+        self.manifest["failed"].pop(record.trace, None)
+
+    def note_failure(self, trace: str, reason: str) -> None:
+        self.manifest["failed"][trace] = reason
+
+    def finish(self) -> None:
+        """Rewrite every ``runs`` partition with the union of the label names, then the
+        manifest (last: until it is written, the previous manifest describes the dataset)."""
+        runs = self.manifest["runs"]
+        label_names = sorted({name for entry in runs.values() for name in entry["labels"]})
+        for run_id, entry in runs.items():
+            row = {
+                "trace": entry["trace"],
+                **{LABEL_PREFIX + n: entry["labels"].get(n) for n in label_names},
+                **entry["headline"],
+            }
+            schema = {
+                "trace": pl.String(),
+                **{LABEL_PREFIX + n: pl.String() for n in label_names},
+                **_headline_schema(entry["headline"]),
+            }
+            self._replace_partition("runs", run_id, pl.DataFrame([row], schema=schema))
+        self._remove_stale_partitions(set(runs))
+        self.manifest["format"] = FORMAT
+        _write_atomically(self.root / MANIFEST, json.dumps(self.manifest, indent=1, sort_keys=True))
+
+    def _replace_partition(self, table: str, run_id: str, frame: pl.DataFrame) -> None:
+        folder = self.root / table / f"run_id={run_id}"
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = folder.parent / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            frame.write_parquet(tmp / "part-0.parquet")
+            if folder.exists():
+                old = folder.parent / f".old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                os.replace(folder, old)
+                os.replace(tmp, folder)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, folder)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _remove_stale_partitions(self, keep: set[str]) -> None:
+        """Partitions of runs the manifest no longer has, and leftovers of a killed collect."""
+        for table in TABLES:
+            folder = self.root / table
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                stale = entry.name.startswith((".tmp-", ".old-")) or (
+                    entry.name.startswith("run_id=") and entry.name[7:] not in keep
+                )
+                if stale:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+
+def _typed(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """*frame* with exactly *schema*'s columns and types (missing ones null)."""
+    return frame.select(
+        (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c)
+        for c, t in schema.items()
+    )
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
