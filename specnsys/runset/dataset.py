@@ -237,6 +237,7 @@ class Dataset:
             self._replace_partition("runs", run_id, pl.DataFrame([row], schema=schema))
         self._remove_stale_partitions(set(runs))
         self.manifest["format"] = FORMAT
+        self.root.mkdir(parents=True, exist_ok=True)
         _write_atomically(self.root / MANIFEST, json.dumps(self.manifest, indent=1, sort_keys=True))
 
     def _replace_partition(self, table: str, run_id: str, frame: pl.DataFrame) -> None:

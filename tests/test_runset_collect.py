@@ -1,0 +1,251 @@
+"""``specnsys collect`` (issue 21 items 1-2): many traces into one dataset, incrementally, on a
+local process pool or Dask, with nothing lost when a trace or a worker fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from specnsys import api
+from specnsys.runset.collect import collect
+from specnsys.runset.dataset import HEADLINE_TYPES, NESTED_COLUMNS
+from specnsys.runset.labels import Labeler
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+CHAT = ["baseline_chat_c4", "spec_chat_c4_k2", "spec_chat_c4_k4"]
+
+
+def _copies(folder: Path, names: list[str] = CHAT) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name in names:
+        target = folder / f"{name}.sqlite"
+        shutil.copyfile(SAMPLES / f"{name}.sqlite", target)
+        out.append(target)
+    return out
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specnsys", *args], capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def _table(dataset: Path, table: str) -> pl.DataFrame:
+    return pl.scan_parquet(dataset / table).collect().sort(pl.all())
+
+
+def test_every_runs_row_equals_analyze_json_of_its_trace(tmp_path: Path) -> None:
+    traces = _copies(tmp_path / "t")
+    done = _cli("collect", str(tmp_path / "t"), "-o", str(tmp_path / "ds"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert sorted(json.loads(done.stdout)["analysed"]) == sorted(map(str, traces))
+    runs = _table(tmp_path / "ds", "runs")
+    assert runs.height == len(traces)
+    for row in runs.iter_rows(named=True):
+        doc = api.analyze(row["trace"]).to_dict()
+        assert json.loads(row["analysis_json"]) == json.loads(json.dumps(doc))
+        for key in HEADLINE_TYPES:
+            assert row[key] == doc.get(key), key
+        for (outer, inner), (column, _) in NESTED_COLUMNS.items():
+            nested = doc.get(outer)
+            assert row[column] == (nested.get(inner) if isinstance(nested, dict) else None)
+    phases = _table(tmp_path / "ds", "phases")
+    steps = _table(tmp_path / "ds", "steps")
+    for row in runs.iter_rows(named=True):
+        doc = json.loads(row["analysis_json"])
+        mine = phases.filter(pl.col("run_id") == row["run_id"])
+        assert dict(zip(mine["phase"], mine["wall_ns"], strict=True)) == {
+            name: r["wall_ns"] for name, r in doc["phases"].items()}
+        assert int(mine["wall_ns"].sum()) == row["window_ns"]  # phases sum to the window
+        own = steps.filter(pl.col("run_id") == row["run_id"])
+        assert own.height == row["steps"]
+        for part in ("verify", "forward", "draft"):
+            if part in doc["phases"]:
+                assert int(own[f"{part}_ns"].sum()) == doc["phases"][part]["wall_ns"]
+        if row["mode"] == "spec":
+            acc = doc["acceptance"]
+            assert int(own["accepted"].sum()) == acc["accepted_total"]
+            assert int(own["sequences"].sum()) == acc["sequence_steps"]
+
+
+def test_the_schema_names_every_scalar_that_analyze_reports() -> None:
+    """A new headline number of analyze must get a typed column (else it would only be in
+    analysis_json): the list of columns is checked against analyze's JSON on the samples."""
+    docs = [api.analyze(SAMPLES / f"{n}.sqlite").to_dict()
+            for n in ("baseline_chat_c4", "spec_chat_c4_k4")]
+    nested = {k for doc in docs for k, v in doc.items() if isinstance(v, (dict, list))}
+    scalars = {k for doc in docs for k in doc} - nested
+    nested_when_measured = {"bandwidth", "device_memory"}  # null on these CPU captures
+    missing = scalars - set(HEADLINE_TYPES) - nested_when_measured
+    assert not missing, f"analyze reports {sorted(missing)}: add them to HEADLINE_TYPES"
+
+
+def test_a_second_collect_analyses_only_new_or_changed_traces(tmp_path: Path) -> None:
+    traces = _copies(tmp_path / "t")
+    first = collect([tmp_path / "t"], tmp_path / "ds")
+    assert len(first.analysed) == 3 and not first.unchanged
+    again = collect([tmp_path / "t"], tmp_path / "ds")
+    assert (again.analysed, sorted(again.unchanged)) == ([], sorted(map(str, traces)))
+    # one trace replaced by another capture, one new trace
+    shutil.copyfile(SAMPLES / "spec_chat_c4_k6.sqlite", traces[1])
+    _copies(tmp_path / "t", ["spec_chat_c1_k4"])
+    third = collect([tmp_path / "t"], tmp_path / "ds")
+    assert sorted(third.analysed) == sorted(
+        [str(traces[1]), str(tmp_path / "t" / "spec_chat_c1_k4.sqlite")])
+    runs = _table(tmp_path / "ds", "runs")
+    assert runs.height == 4
+    replaced = runs.filter(pl.col("trace") == str(traces[1]))
+    assert replaced["k"].to_list() == [6]  # the replaced trace's numbers, not the old ones
+    # new labels reach the earlier runs' rows too (one schema for every partition)
+    collect([tmp_path / "t"], tmp_path / "ds", labeler=Labeler(options=["commit=abc"]))
+    assert set(_table(tmp_path / "ds", "runs")["label_commit"]) == {"abc"}
+
+
+def test_a_failing_trace_is_listed_and_the_others_land(tmp_path: Path) -> None:
+    _copies(tmp_path / "t", ["baseline_chat_c4", "spec_chat_c4_k4"])
+    broken = tmp_path / "t" / "broken.sqlite"
+    broken.write_bytes(b"this is not an export" * 100)
+    done = _cli("collect", str(tmp_path / "t"), "-o", str(tmp_path / "ds"), "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert len(doc["analysed"]) == 2 and list(doc["failed"]) == [str(broken)]
+    assert f"specnsys: warning: {broken}: not collected: " in done.stderr
+    assert "\n" not in doc["failed"][str(broken)]
+    manifest = json.loads((tmp_path / "ds" / "_specnsys.json").read_text())
+    assert str(broken) in manifest["failed"]
+    assert _table(tmp_path / "ds", "runs").height == 2
+
+
+def test_only_failures_is_exit_2_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.sqlite").write_bytes(b"nope" * 10)
+    done = _cli("collect", str(tmp_path / "t"), "-o", str(tmp_path / "ds"))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("specnsys: error: every trace failed") and (
+        done.stderr.count("\n") == 1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--label", "k"], "write it as name=value"),
+        (["--label", "1k=2"], "is not a label name"),
+        (["--pattern", "run"], "no {name} placeholder"),
+        (["--workers", "0"], "--workers must be at least 1"),
+    ],
+)
+def test_bad_options_are_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    _copies(tmp_path / "t", ["baseline_chat_c4"])
+    done = _cli("collect", str(tmp_path / "t"), "-o", str(tmp_path / "ds"), *args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert message in done.stderr and done.stderr.count("\n") == 1
+    assert not (tmp_path / "ds").exists()
+
+
+def test_labels_from_patterns_csv_and_options(tmp_path: Path) -> None:
+    _copies(tmp_path / "t", ["baseline_chat_c4", "spec_chat_c4_k4"])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("trace,model,repeat\nspec_chat_c4_k4.sqlite,tiny,2\n")
+    collect(
+        [tmp_path / "t"], tmp_path / "ds",
+        labeler=Labeler(
+            csv_path=labels, options=["gpu=cpu"],
+            patterns=["{mode}_{workload}_c{concurrency}_k{k}", "{mode}_{workload}_c{concurrency}"],
+        ),
+    )  # fmt: skip
+    runs = _table(tmp_path / "ds", "runs").sort("label_mode")
+    cols = ["label_mode", "label_workload", "label_concurrency", "label_k", "label_model",
+            "label_repeat", "label_gpu"]
+    assert runs.select(cols).rows() == [
+        ("baseline", "chat", "4", None, None, None, "cpu"),
+        ("spec", "chat", "4", "4", "tiny", "2", "cpu"),
+    ]
+
+
+def test_sql_reads_a_dataset_read_only(tmp_path: Path) -> None:
+    _copies(tmp_path / "t", ["baseline_chat_c4", "spec_chat_c4_k4"])
+    collect([tmp_path / "t"], tmp_path / "ds")
+    done = _cli("sql", str(tmp_path / "ds"), "SELECT mode, count(*) AS n FROM runs JOIN steps "
+                "USING (run_id) GROUP BY mode ORDER BY mode", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["mode,n", "baseline,62", "spec,25"]
+    before = sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "ds").rglob("*"))
+    refused = _cli("sql", str(tmp_path / "ds"), f"COPY runs TO '{tmp_path / 'x.csv'}'")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "ds").rglob("*")) == before
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_the_dask_path_gives_the_same_dataset_as_the_pool(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    _copies(tmp_path / "t")
+    collect([tmp_path / "t"], tmp_path / "pool", workers=2, use_cache=False)
+    collect([tmp_path / "t"], tmp_path / "dask", workers=2, dask="local", use_cache=False)
+    for table in ("runs", "phases", "steps", "requests"):
+        assert_frame_equal(_table(tmp_path / "pool", table), _table(tmp_path / "dask", table))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _is_pool_worker(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"spawn_main" in cmdline and b"resource_tracker" not in cmdline
+
+
+def test_a_worker_killed_mid_trace_is_retried_or_reported_never_dropped(tmp_path: Path) -> None:
+    traces = _copies(tmp_path / "t", CHAT * 1)
+    for i in range(3):  # more traces than workers: the pool is busy when a worker dies
+        for src in list(traces[:3]):
+            extra = tmp_path / "t" / f"{src.stem}_r{i}.sqlite"
+            shutil.copyfile(src, extra)
+    total = len(list((tmp_path / "t").glob("*.sqlite")))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specnsys", "--no-cache", "collect", str(tmp_path / "t"), "-o",
+         str(tmp_path / "ds"), "--workers", "2", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    killed = None
+    try:
+        deadline = time.monotonic() + 120
+        while killed is None and time.monotonic() < deadline and proc.poll() is None:
+            workers = [p for p in _children(proc.pid) if _is_pool_worker(p)]
+            if workers:
+                time.sleep(1.0)  # let it import and start a trace
+                os.kill(workers[0], signal.SIGKILL)
+                killed = workers[0]
+            time.sleep(0.05)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert killed is not None, "no pool worker seen"
+    assert proc.returncode == 0, stderr
+    doc = json.loads(stdout)
+    accounted = set(doc["analysed"]) | set(doc["failed"])
+    assert len(accounted) == total  # every trace analysed or reported, none dropped
+    assert _table(tmp_path / "ds", "runs").height == len(doc["analysed"])
