@@ -53,6 +53,7 @@ __all__ = [
     "from_output_tokens",
     "from_tokens_marks",
     "token_counts",
+    "token_counts_of",
 ]
 
 #: Every source, in the order they are tried, with the words the text outputs use for it.
@@ -164,6 +165,24 @@ def token_counts(
         "acceptance_marks": from_acceptance(acceptance, first),
         "forward_steps": from_forward_steps(trace, scope, first),
     }
+
+
+def token_counts_of(
+    trace: Trace, *, rules: object | None = None, pid: int | None = None
+) -> dict[str, int | None]:
+    """:func:`token_counts` of *trace* (its analysis window and acceptance marks, *rules* and
+    *pid* as in :func:`~specnsys.metrics.analyze_trace`): how far each way of counting the
+    output tokens agrees with the others on one trace."""
+    from specnsys.attribution.timeline import exclusive_phase_times
+    from specnsys.metrics.acceptance import acceptance_stats
+    from specnsys.metrics.events import resolve
+    from specnsys.metrics.requests import request_latencies
+
+    mapping = resolve(rules)
+    b = exclusive_phase_times(trace, pid=pid, rules=mapping)
+    scope = Scope.of(b, mapping)
+    acceptance, _note = acceptance_stats(trace, scope)
+    return token_counts(trace, scope, request_latencies(trace, scope), acceptance, b.range_counts)
 
 
 def count_tokens(
