@@ -439,22 +439,22 @@ def test_plot_amdahl_same_output_and_tokens(
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "says"),
     [
-        ["analyze", "{spec}", "--tokens", "0"],
-        ["analyze", "{spec}", "--tokens", "-5"],
-        ["analyze", "{spec}", "--tokens", "many"],
-        ["compare", "{base}", "{spec}", "--tokens", "10"],
-        ["compare", "{base}", "{spec}", "--tokens", "10", "--tokens", "10", "--tokens", "10"],
-        ["compare", "{base}", "{spec}", "--tokens", "10", "--tokens", "0"],
-        ["report", "{spec}", "-o", "{out}", "--same-output"],
-        ["report", "{spec}", "{base}", "-o", "{out}", "--tokens", "3"],
-        ["plot", "timeline", "{spec}", "-o", "{svg}", "--tokens", "3"],
-        ["plot", "phases", "{spec}", "-o", "{svg}", "--same-output"],
+        (["analyze", "{spec}", "--tokens", "0"], "must be at least 1"),
+        (["analyze", "{spec}", "--tokens", "-5"], "must be at least 1"),
+        (["analyze", "{spec}", "--tokens", "many"], "not a whole number"),
+        (["compare", "{base}", "{spec}", "--tokens", "10"], "1 value for 2 traces"),
+        (["compare", "{base}", "{spec}", *["--tokens", "10"] * 3], "3 values for 2 traces"),
+        (["compare", "{base}", "{spec}", "--tokens", "10", "--tokens", "0"], "at least 1"),
+        (["report", "{spec}", "-o", "{out}", "--same-output"], "give the baseline trace"),
+        (["report", "{spec}", "{base}", "-o", "{out}", "--tokens", "3"], "1 value for 2"),
+        (["plot", "timeline", "{spec}", "-o", "{svg}", "--tokens", "3"], "only applies to"),
+        (["plot", "phases", "{spec}", "-o", "{svg}", "--same-output"], "only applies to"),
     ],
 )
 def test_bad_token_values_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str
 ) -> None:
     base, _ = built(tmp_path, "base.sqlite", [20, 30], mode="baseline")
     spec, _ = built(tmp_path, "spec.sqlite", [20, 30], mode="spec", k=2)
@@ -463,6 +463,7 @@ def test_bad_token_values_exit_2(
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specnsys: error: "), err
+    assert says in lines[0] and "unrecognized" not in lines[0]
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "f.svg").exists()
 
 
