@@ -20,9 +20,9 @@ answers is used and named in ``tokens_source``):
 5. ``given`` -- a count the user supplies (``--tokens N``), which overrides all of the above;
    applied by :meth:`specnsys.metrics.Analysis.with_tokens`, outside the cached analysis.
 
-The first token of a request comes from its prefill: the request ranges count them (one per
-request, however the prefill was split or batched); a trace without request ranges counts its
-``prefill`` ranges instead.
+The first token of a request comes from its prefill: in a trace with ``prefill`` ranges, one
+per request (however the prefill was split or batched), or one per ``prefill`` range when the
+trace has no request ranges; a trace without prefill ranges shows no first tokens.
 """
 
 from __future__ import annotations
@@ -107,8 +107,10 @@ def from_output_tokens(lat: pl.DataFrame) -> int | None:
 
 
 def first_tokens(lat: pl.DataFrame, range_counts: dict[str, int]) -> int:
-    """First tokens (one per prefilled request): the requests, else the ``prefill`` ranges."""
-    return lat.height if lat.height else int(range_counts.get(PREFILL_PHASE, 0))
+    """First tokens, one per prefilled request: the requests, else the ``prefill`` ranges; 0
+    when the trace has no prefill ranges (nothing shows where a first token came from)."""
+    prefills = int(range_counts.get(PREFILL_PHASE, 0))
+    return (lat.height or prefills) if prefills else 0
 
 
 def from_acceptance(acceptance: dict[str, Any] | None, first: int) -> int | None:
