@@ -10,6 +10,12 @@ thing about the same export; the CLI commands are thin calls into these function
 *rules* (a :class:`~specnsys.attribution.PhaseRules`, a built-in set's name such as ``"nvtx"``,
 or a TOML path) is resolved once per call, before any trace is read, so a bad rules file fails
 fast.
+
+*tokens* gives the output tokens of a run (``--tokens N``), overriding what its trace holds
+(``tokens_source`` becomes ``given``): one count for :func:`analyze`, one per trace, in the
+order of the traces, for the commands that read several (None: none given). *same_output*
+states that the runs produced the same output, so a comparison without token counts compares
+whole windows (see :mod:`specnsys.metrics.comparison`).
 """
 
 from __future__ import annotations
@@ -120,20 +126,49 @@ def analyze(
     *,
     rules: PhaseRules | str | Path | None = None,
     pid: int | None = None,
+    tokens: int | None = None,
     use_cache: bool = True,
 ) -> Analysis:
     """Every metric of one trace (``specnsys analyze``): an
     :class:`~specnsys.metrics.Analysis` whose ``to_dict()`` is the ``analyze --json`` object;
-    *pid* picks the process (default: the one with the most phase ranges)."""
-    return _analyze_resolved(path, resolve_rules(rules), pid, use_cache)
+    *pid* picks the process (default: the one with the most phase ranges); *tokens* gives its
+    output tokens."""
+    given = _given_tokens(None if tokens is None else [tokens], 1)[0]
+    return _analyze_resolved(path, resolve_rules(rules), pid, use_cache, given)
 
 
 def _analyze_resolved(
-    path: str | Path, rules: PhaseRules | None, pid: int | None, use_cache: bool
+    path: str | Path,
+    rules: PhaseRules | None,
+    pid: int | None,
+    use_cache: bool,
+    tokens: int | None = None,
 ) -> Analysis:
     with _checked(path, use_cache, rules) as (trace, notes, context):
         analysis = _analyze_open(trace, rules, pid, context)
-    return replace(analysis, data_warnings=tuple(notes))
+    return _given(replace(analysis, data_warnings=tuple(notes)), tokens)
+
+
+def _given_tokens(tokens: Sequence[int] | None, traces: int) -> list[int | None]:
+    """One given token count (or None) per trace: *tokens* checked (one positive integer per
+    trace, in trace order), or Nones when none are given."""
+    if tokens is None:
+        return [None] * traces
+    counts = list(tokens)
+    if len(counts) != traces:
+        raise UsageError(
+            f"--tokens: {len(counts)} value{'s' if len(counts) != 1 else ''} for {traces} "
+            f"trace{'s' if traces != 1 else ''}; give one output-token count per trace, in "
+            "the order of the traces"
+        )
+    for n in counts:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise UsageError(f"--tokens: {n!r} is not a positive number of output tokens")
+    return list(counts)
+
+
+def _given(analysis: Analysis, tokens: int | None) -> Analysis:
+    return analysis if tokens is None else analysis.with_tokens(tokens)
 
 
 def analyze_steps(
@@ -179,18 +214,30 @@ class Compared:
 def compare(
     *paths: str | Path,
     rules: PhaseRules | str | Path | None = None,
+    tokens: Sequence[int] | None = None,
+    same_output: bool = False,
     use_cache: bool = True,
 ) -> Compared:
     """Compare each speculative trace of *paths* with the nearest baseline before it:
     ``compare(base, spec)``, a k sweep ``compare(base, k2, k4, k6)``, or a sweep whose levels
-    need their own baselines ``compare(b1, s1, b4, s4)``."""
+    need their own baselines ``compare(b1, s1, b4, s4)``. *tokens*: one output-token count per
+    trace, in order; *same_output*: the runs produced the same output."""
     from specnsys.metrics import compare_many
 
     if len(paths) < 2:
         raise BadInputError("compare needs a baseline trace and at least one speculative trace")
     mapping = resolve_rules(rules)
-    analyses = tuple(_analyze_resolved(p, mapping, None, use_cache) for p in paths)
-    return Compared(analyses, tuple(compare_many(list(analyses))))
+    given = _given_tokens(tokens, len(paths))
+    analyses = tuple(
+        _analyze_resolved(p, mapping, None, use_cache, n) for p, n in zip(paths, given, strict=True)
+    )
+    return Compared(analyses, tuple(_same_output(compare_many(list(analyses)), same_output)))
+
+
+def _same_output(comparisons: list[Comparison], same_output: bool) -> list[Comparison]:
+    from specnsys.metrics.comparison import with_same_output
+
+    return with_same_output(comparisons) if same_output else comparisons
 
 
 @dataclass(frozen=True)
@@ -449,13 +496,14 @@ def _runs(
     pid: int | None,
     use_cache: bool,
     advance: Any,
+    tokens: Sequence[int | None] | None = None,
 ) -> list[Run]:
     from specnsys.report.build import Run, run_label
 
     runs = []
-    for path in paths:
+    for path, given in zip(paths, tokens or [None] * len(paths), strict=True):
         advance(f"analyze {Path(path).name}")
-        analysis = _analyze_resolved(path, rules, pid, use_cache)
+        analysis = _analyze_resolved(path, rules, pid, use_cache, given)
         runs.append(Run(run_label(path), Path(path), analysis))
     return runs
 
@@ -467,9 +515,13 @@ def figure(
     pid: int | None = None,
     step: int | None = None,
     window_ms: tuple[float, float] | None = None,
+    tokens: Sequence[int] | None = None,
+    same_output: bool = False,
     use_cache: bool = True,
 ) -> Figure:
-    """The figure *kind* of the traces *paths* (what ``specnsys plot`` draws).
+    """The figure *kind* of the traces *paths* (what ``specnsys plot`` draws); *tokens* (one
+    per trace) and *same_output* apply to the figures that divide by output tokens (phases,
+    amdahl, sweep).
 
     * phases: one bar per trace; * amdahl: the first baseline's p, with the operating point
       of the first baseline/spec pair when there is one; * acceptance: the first speculative
@@ -486,6 +538,13 @@ def figure(
     if not paths:
         raise UsageError(f"{kind} needs at least one trace")
     mapping = resolve_rules(rules)
+    if tokens is not None and kind not in TOKEN_FIGURES:
+        raise UsageError(f"--tokens only applies to {', '.join(TOKEN_FIGURES)} (not {kind})")
+    if same_output and kind not in SAME_OUTPUT_FIGURES:
+        raise UsageError(
+            f"--same-output only applies to {' and '.join(SAME_OUTPUT_FIGURES)} (not {kind})"
+        )
+    given = _given_tokens(tokens, len(paths))
     if kind == "timeline":
         if len(paths) != 1:
             raise UsageError("timeline draws one trace; give exactly one")
@@ -499,10 +558,16 @@ def figure(
         plots.require_drawable(data)
         return Figure(kind, data, lanes.data_warnings)
     with progress(len(paths), kind) as advance:
-        runs = _runs(paths, mapping, pid, use_cache, advance)
-    data = figure_data(kind, runs)
+        runs = _runs(paths, mapping, pid, use_cache, advance, given)
+    data = figure_data(kind, runs, same_output=same_output)
     plots.require_drawable(data)  # a figure that cannot be drawn is an error, not a blank image
     return Figure(kind, data, _warnings_of([r.analysis for r in runs]))
+
+
+#: The figures that divide by output tokens (``--tokens``) and those that compare runs
+#: (``--same-output``).
+TOKEN_FIGURES = ("phases", "amdahl", "sweep")
+SAME_OUTPUT_FIGURES = ("amdahl", "sweep")
 
 
 @dataclass(frozen=True)
@@ -524,19 +589,26 @@ def report(
     pid: int | None = None,
     step: int | None = None,
     window_ms: tuple[float, float] | None = None,
+    tokens: Sequence[int] | None = None,
+    same_output: bool = False,
     use_cache: bool = True,
 ) -> Report:
     """The HTML report of the trace at *path* (compared with *baseline* when given): the
-    answer, the figures, what to cut first and the tables."""
+    answer, the figures, what to cut first and the tables. *tokens*: one output-token count
+    per trace, *path*'s first then *baseline*'s; *same_output*: the two runs produced the same
+    output."""
     from specnsys.attribution.lanes import timeline_lanes
     from specnsys.report.build import Run, pair_runs, render_report, run_label
     from specnsys.report.progress import progress
 
     mapping = resolve_rules(rules)
+    given = _given_tokens(tokens, 1 + (baseline is not None))
+    if same_output and baseline is None:
+        raise UsageError("--same-output compares two runs: give the baseline trace too")
     with progress(4 + (baseline is not None), "report") as advance:
         advance(f"analyze {Path(path).name}")
         with _checked(path, use_cache, mapping) as (trace, notes, context):
-            analysis = _analyze_open(trace, mapping, pid, context)
+            analysis = _given(_analyze_open(trace, mapping, pid, context), given[0])
             lanes = timeline_lanes(
                 trace, step=step, window_ms=window_ms, pid=pid, rules=mapping, context=context
             )
@@ -544,14 +616,14 @@ def report(
         runs = [primary]
         comparison = None
         if baseline is not None:
-            runs = [*_runs([baseline], mapping, pid, use_cache, advance), primary]
+            runs = [*_runs([baseline], mapping, pid, use_cache, advance, given[1:]), primary]
             notes += runs[0].analysis.data_warnings
             if {r.analysis.mode for r in runs} != {"baseline", "spec"}:
                 modes = ", ".join(f"{r.label}: {r.analysis.mode}" for r in runs)
                 raise BadInputError(
                     f"report TRACE BASELINE needs one speculative and one baseline trace ({modes})"
                 )
-            base_run, spec_run, comparison = pair_runs(runs)[0]
+            base_run, spec_run, comparison = pair_runs(runs, same_output=same_output)[0]
             runs = [base_run, spec_run]
         page = render_report(runs, comparison, lanes.to_dict(), advance)
     return Report(page, tuple(notes))

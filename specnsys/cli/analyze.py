@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specnsys import api
-from specnsys.cli.common import add_rules_argument
+from specnsys.cli.common import add_rules_argument, add_tokens_argument
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,6 +16,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
     add_rules_argument(p)
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
+    add_tokens_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
@@ -23,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from specnsys.report.analyze_text import render_analysis_text, render_json
 
-    analysis = api.analyze(args.trace, rules=args.rules, pid=args.pid, use_cache=not args.no_cache)
+    analysis = api.analyze(args.trace, rules=args.rules, pid=args.pid, tokens=args.tokens,
+                           use_cache=not args.no_cache)  # fmt: skip
     doc = analysis.to_dict()
     print(render_json(doc) if args.json else render_analysis_text(doc))
     api.warn(analysis)

@@ -1,4 +1,5 @@
-"""What several commands share: the ``--rules`` and ``--window`` arguments, the output checks.
+"""What several commands share: the ``--rules``, ``--window``, ``--tokens`` and
+``--same-output`` arguments, the output checks.
 
 Commands import this module and :mod:`specnsys.api`, never each other.
 """
@@ -19,6 +20,40 @@ def add_rules_argument(p: argparse.ArgumentParser) -> None:
         help="TOML name-mapping rules for engines with their own NVTX names "
         "(or a built-in set: specnsys, nvtx)",
     )
+
+
+def tokens_arg(text: str) -> int:
+    """A positive whole number of output tokens."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the output tokens must be at least 1")
+    return n
+
+
+def add_tokens_argument(
+    p: argparse.ArgumentParser, *, order: str | None = None, applies_to: str = ""
+) -> None:
+    """``--tokens N``: once (one trace), or, with *order* (which trace each value is for),
+    once per trace; *applies_to* prefixes the help (the figures it applies to)."""
+    what = (
+        f"{applies_to}output tokens of a run, overriding what its trace holds (tokens marks, "
+        "or the count derived from acceptance marks or forward steps; tokens_source 'given')"
+    )
+    if order is None:
+        p.add_argument("--tokens", type=tokens_arg, metavar="N", help=what)
+    else:
+        p.add_argument("--tokens", type=tokens_arg, action="append", metavar="N",
+                       help=f"{what}; give it once per trace, {order}")  # fmt: skip
+
+
+def add_same_output_argument(p: argparse.ArgumentParser, applies_to: str = "") -> None:
+    p.add_argument("--same-output", action="store_true",
+                   help=f"{applies_to}the runs produced the same output: where a run's output "
+                   "tokens are not known, the measured speedup is the ratio of the windows and "
+                   "r the ratio of the accelerable times (listed under assumptions)")  # fmt: skip
 
 
 def add_window_argument(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 
 from specnsys import api
-from specnsys.cli.common import add_rules_argument
+from specnsys.cli.common import (
+    add_rules_argument,
+    add_same_output_argument,
+    add_tokens_argument,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,6 +31,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(repeat for sweeps that need their own baseline)",
     )
     add_rules_argument(p)
+    add_tokens_argument(p, order="in the order of the traces")
+    add_same_output_argument(p)
     p.add_argument("--json", action="store_true", help="JSON, for scripts")
     p.set_defaults(run=run)
 
@@ -34,7 +40,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from specnsys.report.analyze_text import render_comparisons_text, render_json
 
-    compared = api.compare(*args.traces, rules=args.rules, use_cache=not args.no_cache)
+    compared = api.compare(*args.traces, rules=args.rules, tokens=args.tokens,
+                           same_output=args.same_output, use_cache=not args.no_cache)  # fmt: skip
     if args.json:
         print(render_json(compared.to_dict()))
     else:

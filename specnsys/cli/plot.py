@@ -7,7 +7,13 @@ import json
 import os
 
 from specnsys import api
-from specnsys.cli.common import add_rules_argument, add_window_argument, check_output
+from specnsys.cli.common import (
+    add_rules_argument,
+    add_same_output_argument,
+    add_tokens_argument,
+    add_window_argument,
+    check_output,
+)
 from specnsys.errors import UsageError
 
 KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline")
@@ -36,6 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_window_argument(p)
     add_rules_argument(p)
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
+    add_tokens_argument(p, order="in the order of the traces", applies_to="phases, amdahl, sweep: ")
+    add_same_output_argument(p, applies_to="amdahl, sweep: ")
     p.set_defaults(run=run)
 
 
@@ -51,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if args.step is not None and args.window is not None:
         raise UsageError("give --step or --window, not both")
     fig = api.figure(args.kind, *args.traces, rules=args.rules, pid=args.pid, step=args.step,
-                     window_ms=args.window, use_cache=not args.no_cache)  # fmt: skip
+                     window_ms=args.window, tokens=args.tokens, same_output=args.same_output,
+                     use_cache=not args.no_cache)  # fmt: skip
     # Everything is rendered before anything is written, and written all or none.
     contents = {out: fig.image(out)}
     if data_out is not None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 
 from specnsys import api
-from specnsys.cli.common import add_rules_argument, add_window_argument, check_output
+from specnsys.cli.common import (
+    add_rules_argument,
+    add_same_output_argument,
+    add_tokens_argument,
+    add_window_argument,
+    check_output,
+)
 from specnsys.errors import UsageError
 
 
@@ -22,6 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_window_argument(p)
     add_rules_argument(p)
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
+    add_tokens_argument(p, order="TRACE's first, then BASELINE's")
+    add_same_output_argument(p)
     p.set_defaults(run=run)
 
 
@@ -33,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if args.step is not None and args.window is not None:
         raise UsageError("give --step or --window, not both")
     result = api.report(args.trace, args.baseline, rules=args.rules, pid=args.pid,
-                        step=args.step, window_ms=args.window, use_cache=not args.no_cache)  # fmt: skip
+                        step=args.step, window_ms=args.window, tokens=args.tokens,
+                        same_output=args.same_output, use_cache=not args.no_cache)  # fmt: skip
     page = result.html
     # The page is built whole in memory first: a failed analysis never touches the output,
     # and a failed write leaves an earlier report as it was.

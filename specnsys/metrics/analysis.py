@@ -6,7 +6,9 @@ window and sum to 1. On top of it:
 * mode: ``spec`` when ``draft``/``verify`` ranges exist, ``baseline`` when ``forward`` does;
 * accelerable time: ``forward`` + ``draft`` + ``verify`` (a baseline has only the first, a
   speculative run the other two); ``p`` = accelerable / window, from a baseline;
-* tokens (``tokens`` marks), decode steps (``decode`` ranges), requests, per-token time;
+* output tokens from whatever the trace holds (``tokens`` marks, else derived: see
+  :mod:`specnsys.metrics.tokens`; ``tokens_source`` names the source), decode steps
+  (``decode`` ranges), requests, per-token time;
 * acceptance (``proposed``/``accepted`` marks), the draft cost ratio ``c`` and Leviathan's
   what-if at the measured alpha/k/c;
 * TTFT/TPOT distributions, memory bandwidth and peak device memory per phase.
@@ -16,7 +18,7 @@ What the trace cannot support is null in the numbers and explained in ``not_avai
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from specnsys import __version__
@@ -26,16 +28,16 @@ from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
 from specnsys.metrics.acceptance import acceptance_stats
 from specnsys.metrics.bandwidth import memory_bandwidth
-from specnsys.metrics.events import Scope, marks, resolve
+from specnsys.metrics.events import Scope, resolve
 from specnsys.metrics.memory import device_memory
 from specnsys.metrics.requests import distribution, request_latencies
+from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
 from specnsys.vocabulary import (
     ACCELERABLE,
     BASELINE_ACCELERABLE,
     REQUEST_PHASE,
     SAMPLER_PHASE,
     SPEC_ACCELERABLE,
-    TOKENS_MARK,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +48,7 @@ __all__ = ["ACCELERABLE", "Analysis", "analyze_trace", "detect_mode"]
 
 #: Version of the metrics' definitions, part of the key of analyses kept in the trace cache:
 #: bump it whenever a change here would give a different result.
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2  # 2: tokens derived from acceptance marks / forward steps, tokens_source
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class Analysis:
     rules: str
     phases: dict[str, dict[str, Any]]
     tokens: int | None
+    tokens_source: str | None
+    """Where ``tokens`` came from: a key of :data:`specnsys.metrics.tokens.SOURCES`."""
     steps: int
     requests: int
     accelerable_ns: int
@@ -120,6 +124,7 @@ class Analysis:
             "window_end_ns": self.window_end_ns,
             "window_ns": self.window_ns,
             "tokens": self.tokens,
+            "tokens_source": self.tokens_source,
             "steps": self.steps,
             "requests": self.requests,
             "k": self.k,
@@ -145,6 +150,23 @@ class Analysis:
             "not_available": dict(self.not_available),
             "warnings": list(self.warnings),
         }
+
+    def with_tokens(self, tokens: int) -> Analysis:
+        """This analysis with *tokens* output tokens given by the user (``--tokens N``): the
+        count and the per-token time change, ``tokens_source`` becomes ``given``; what the
+        trace's own sources said about tokens is dropped."""
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+            raise BadInputError(f"a given token count must be a positive integer, got {tokens!r}")
+        na = {k: v for k, v in self.not_available.items() if k not in ("tokens", "per_token_ns")}
+        notes = [w for w in self.warnings if not w.startswith(NOTE_PREFIX)]
+        return replace(
+            self,
+            tokens=tokens,
+            tokens_source=GIVEN,
+            per_token_ns=self.window_ns / tokens,
+            not_available=na,
+            warnings=notes,
+        )
 
 
 def detect_mode(counts: dict[str, int], walls: dict[str, int]) -> str | None:
@@ -275,7 +297,14 @@ def _analyze(
     # tokens, steps, requests
     lat = request_latencies(trace, scope)
     requests = lat.height
-    tokens = _count_tokens(marks(trace, scope, (TOKENS_MARK,)), lat, na, warnings)
+    # a speculative run's acceptance marks also count its tokens when nothing else does
+    acc, acc_note = acceptance_stats(trace, scope) if mode == "spec" else (None, None)
+    counted = count_tokens(trace, scope, lat, acc, counts)
+    tokens = counted.tokens
+    if counted.note:
+        warnings.append(counted.note)
+    if counted.reason:
+        na["tokens"] = counted.reason
     steps = counts.get(step_phase(counts, {k: v["wall_ns"] for k, v in phases.items()}), 0)
     per_token = window / tokens if tokens else None
     if tokens == 0:
@@ -301,9 +330,7 @@ def _analyze(
         na["amdahl_ceiling"] = why
 
     # acceptance, draft cost, what-if
-    acc, acc_note = (None, None)
     if mode == "spec":
-        acc, acc_note = acceptance_stats(trace, scope)
         if acc_note:
             warnings.append(acc_note)
         if acc is None:
@@ -361,6 +388,7 @@ def _analyze(
         rules=str(getattr(b, "rules", mapping.name)),
         phases=phases,
         tokens=tokens,
+        tokens_source=counted.source,
         steps=int(steps),
         requests=int(requests),
         accelerable_ns=int(accelerable),
@@ -388,20 +416,6 @@ def _analyze(
 _STORED_FIELDS = tuple(
     f.name for f in fields(Analysis) if f.name not in ("breakdown", "data_warnings")
 )
-
-
-def _count_tokens(tok: Any, lat: Any, na: dict[str, str], warnings: list[str]) -> int | None:
-    """Output tokens: the ``tokens`` marks, else the per-request ``output_tokens`` marks."""
-    if tok.height:
-        return int(tok["value"].sum())
-    if lat.height and lat["output_tokens"].null_count() == 0:
-        warnings.append("no tokens marks: output tokens summed from per-request output_tokens")
-        return int(lat["output_tokens"].sum())
-    na["tokens"] = (
-        "the trace has no tokens marks (output tokens per step), so tokens cannot be "
-        "counted; annotate the loop with specnsys.annotate.mark_tokens"
-    )
-    return None
 
 
 def _latency(lat: Any, na: dict[str, str]) -> dict[str, Any]:

@@ -8,6 +8,12 @@ speculative ``draft + verify``) and ``N = W - A`` the rest, per run:
 * measured speedup ``(W_b / T_b) / (W_s / T_s)`` -- per output token;
 * ``gap = measured / predicted - 1`` (negative: the run fell short of the prediction).
 
+Where a run's tokens are not known (no source in :mod:`specnsys.metrics.tokens` answered and
+none was given) but both runs produced the same output -- stated with ``same_output``
+(``compare --same-output``), or assumed, and listed in ``assumptions``, when both served the
+same non-zero number of requests -- ``T_b = T_s`` cancels: measured = ``W_b / W_s``,
+``r = A_b / A_s``, and each phase's gap contribution is ``-(x_s - x_b) / W_s``.
+
 The prediction equals the measurement exactly when the non-accelerable time per token did
 not move (``N_s / T_s = N_b / T_b``). In general, with ``d_x`` the change of phase x's
 per-token time and ``S = W_s / T_s``, ``gap = sum over non-accelerable x of -d_x / S``: each
@@ -33,6 +39,7 @@ __all__ = [
     "compare_many",
     "compare_runs",
     "compare_sweep",
+    "with_same_output",
 ]
 
 TOLERANCE = 0.10
@@ -65,6 +72,11 @@ class Comparison:
     device_memory: dict[str, Any] | None
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    speedup_basis: str | None = None
+    """``per_token`` (both token counts known), ``same_output`` (windows and accelerable times
+    compared whole, see the module docs) or None (no measured speedup)."""
+    assumptions: list[str] = field(default_factory=list)
+    """What the numbers rest on that the traces do not show (e.g. equal outputs)."""
 
     @property
     def prediction_holds(self) -> bool | None:
@@ -94,6 +106,9 @@ class Comparison:
             "prediction_holds": self.prediction_holds,
             "amdahl_ceiling": b.amdahl_ceiling,
             "tokens": {"baseline": b.tokens, "spec": s.tokens},
+            "tokens_source": {"baseline": b.tokens_source, "spec": s.tokens_source},
+            "speedup_basis": self.speedup_basis,
+            "assumptions": list(self.assumptions),
             "window_ns": {"baseline": b.window_ns, "spec": s.window_ns},
             "per_token_ns": {"baseline": b.per_token_ns, "spec": s.per_token_ns},
             "accelerable_ns_per_token": {
@@ -126,8 +141,11 @@ class Comparison:
 
 
 def _phase_table(
-    b: Analysis, s: Analysis, spec_per_token: float | None
+    b: Analysis, s: Analysis, spec_per_token: float | None, same_output: bool = False
 ) -> dict[str, dict[str, Any]]:
+    """Per phase: walls, shares, ns per token and the part of the gap it explains (by
+    per-token deltas, or, on a *same_output* basis without token counts, by wall deltas over
+    the speculative window: the token count cancels)."""
     names = list(dict.fromkeys([*b.phases, *s.phases]))
     table: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -141,6 +159,8 @@ def _phase_table(
         contribution = None
         if delta is not None and spec_per_token and not accelerable:
             contribution = -delta / spec_per_token
+        elif same_output and not accelerable and s.window_ns > 0:
+            contribution = -(ws - wb) / s.window_ns
         table[name] = {
             "accelerable": accelerable,
             "baseline_wall_ns": wb,
@@ -155,11 +175,12 @@ def _phase_table(
     return table
 
 
-def compare_runs(baseline: Analysis, spec: Analysis) -> Comparison:
+def compare_runs(baseline: Analysis, spec: Analysis, *, same_output: bool = False) -> Comparison:
     """Compare a baseline analysis with a speculative one (see the module docs).
 
-    Raises :class:`BadInputError` unless *baseline* is a baseline run and *spec* a
-    speculative one.
+    *same_output*: the runs produced the same output, so where a token count is missing the
+    speedup compares whole windows. Raises :class:`BadInputError` unless *baseline* is a
+    baseline run and *spec* a speculative one.
     """
     if baseline.mode != "baseline" or spec.mode != "spec":
         raise BadInputError(
@@ -169,32 +190,41 @@ def compare_runs(baseline: Analysis, spec: Analysis) -> Comparison:
     b, s = baseline, spec
     na: dict[str, str] = {}
     warnings: list[str] = []
+    assumptions: list[str] = []
     p = b.p
     r = predicted = measured = gap = None
     spec_per_token = s.per_token_ns
-    if not b.tokens or not s.tokens:
+    basis = _speedup_basis(b, s, same_output, assumptions)
+    if basis is None:
         which = [a.path or "?" for a in (b, s) if not a.tokens]
-        why = f"output tokens are not available for {', '.join(which)} (no tokens marks)"
+        why = (
+            f"output tokens are not available for {', '.join(which)} (see its not_available); "
+            "give them with --tokens, or state --same-output when both runs produced the same "
+            "output"
+        )
         for key in ("r", "predicted_speedup", "measured_speedup", "gap"):
             na[key] = why
-    elif s.accelerable_ns <= 0 or b.accelerable_ns <= 0:
-        for key in ("r", "predicted_speedup", "gap"):
-            na[key] = "a run has no accelerable time, so r is undefined"
-        measured = (b.window_ns / b.tokens) / (s.window_ns / s.tokens)
     else:
-        r = (b.accelerable_ns / b.tokens) / (s.accelerable_ns / s.tokens)
-        predicted = amdahl.amdahl_speedup(p, r) if p is not None else None
-        measured = (b.window_ns / b.tokens) / (s.window_ns / s.tokens)
-        gap = None if predicted is None else measured / predicted - 1.0
+        # per output token, or whole runs when the outputs are the same (T_b = T_s cancels)
+        tb, ts = (b.tokens or 0, s.tokens or 0) if basis == "per_token" else (1, 1)
+        measured = (b.window_ns / tb) / (s.window_ns / ts)
+        if s.accelerable_ns <= 0 or b.accelerable_ns <= 0:
+            for key in ("r", "predicted_speedup", "gap"):
+                na[key] = "a run has no accelerable time, so r is undefined"
+        else:
+            r = (b.accelerable_ns / tb) / (s.accelerable_ns / ts)
+            predicted = amdahl.amdahl_speedup(p, r) if p is not None else None
+            gap = None if predicted is None else measured / predicted - 1.0
     if b.tokens and s.tokens and b.tokens != s.tokens:
         warnings.append(
             f"the runs emitted different token counts ({b.tokens} vs {s.tokens}); "
             "times are compared per output token"
+            + (" (--same-output given, but the counts say otherwise)" if same_output else "")
         )
     if b.gpu != s.gpu:
         warnings.append("one run has GPU activity and the other does not")
 
-    phases = _phase_table(b, s, spec_per_token)
+    phases = _phase_table(b, s, spec_per_token, basis == "same_output")
     moved = sorted(
         (
             name
@@ -237,7 +267,39 @@ def compare_runs(baseline: Analysis, spec: Analysis) -> Comparison:
         device_memory=memory,
         not_available=na,
         warnings=warnings,
+        speedup_basis=basis,
+        assumptions=assumptions,
     )
+
+
+def _speedup_basis(
+    b: Analysis, s: Analysis, same_output: bool, assumptions: list[str]
+) -> str | None:
+    """``per_token`` when both token counts are known; else ``same_output`` when the runs are
+    said (*same_output*) or, from equal request counts, assumed to have produced the same
+    output (the assumption is added to *assumptions*); else None."""
+    if b.tokens and s.tokens:
+        return "per_token"
+    if same_output:
+        assumptions.append(
+            "both runs produced the same output (given: same_output): measured speedup = "
+            "W_b / W_s and r = A_b / A_s, the token count cancels"
+        )
+        return "same_output"
+    if b.requests and b.requests == s.requests:
+        assumptions.append(
+            f"both runs served {b.requests} requests and are assumed to have produced the same "
+            "output: measured speedup = W_b / W_s and r = A_b / A_s; give --tokens or "
+            "--same-output to state it"
+        )
+        return "same_output"
+    return None
+
+
+def with_same_output(comparisons: list[Comparison]) -> list[Comparison]:
+    """*comparisons* redone on the statement that each pair produced the same output (what
+    :func:`compare_runs`'s *same_output* does), for lists built by :func:`compare_many`."""
+    return [compare_runs(c.baseline, c.spec, same_output=True) for c in comparisons]
 
 
 def _memory(b: Analysis, s: Analysis, na: dict[str, str]) -> dict[str, Any] | None:

@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from specnsys.metrics.tokens import source_words
+
 __all__ = [
     "render_analysis_text",
     "render_comparisons_text",
@@ -245,7 +247,11 @@ def render_analysis_text(d: dict[str, Any]) -> str:
     """The ``analyze`` report: the answer first, then the evidence, then what is missing."""
     mode = "speculative run" if d["mode"] == "spec" else "baseline run"
     k = f" (k = {d['k']})" if d.get("k") else ""
-    tokens = f"{d['tokens']:,} output tokens" if d["tokens"] is not None else "tokens n/a"
+    tokens = (
+        f"{d['tokens']:,} output tokens ({source_words(d.get('tokens_source'))})"
+        if d["tokens"] is not None
+        else "tokens n/a"
+    )
     lines = [
         f"{_name(d['path'])}: {mode}{k}, process {d['pid']}, phases by rules '{d['rules']}'",
         f"window {_ms(d['window_ns'])} ms ({_window_basis(d)}): {tokens}, "
@@ -291,10 +297,14 @@ def _comparison_detail(c: dict[str, Any]) -> list[str]:
                 f"the prediction misses by more than {c['tolerance']:.0%}: non-accelerable time "
                 f"moved, most of all in {moved}"
             )
+    lines += [f"assumption: {text}" for text in c.get("assumptions", [])]
     nt = c["non_accelerable_ns_per_token"]
     lines.append(
         f"non-accelerable per token: baseline {_ms(nt['baseline'])} ms, "
         f"speculative {_ms(nt['spec'])} ms"
+    )
+    lines.append(
+        f"output tokens: baseline {_tokens(c, 'baseline')}, speculative {_tokens(c, 'spec')}"
     )
     lines += [
         "",
@@ -343,6 +353,13 @@ def _comparison_detail(c: dict[str, Any]) -> list[str]:
     if c["warnings"]:
         lines += ["", *_warnings(c["warnings"])]
     return lines
+
+
+def _tokens(c: dict[str, Any], run: str) -> str:
+    """One run's output tokens in a comparison, with the source of the count."""
+    n = c["tokens"][run]
+    source = (c.get("tokens_source") or {}).get(run)
+    return "n/a" if n is None else f"{n:,} ({source_words(source)})"
 
 
 def _num(x: float | None) -> str:

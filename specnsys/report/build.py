@@ -43,21 +43,27 @@ def run_label(path: str | Path) -> str:
     return name
 
 
-def pair_runs(runs: Sequence[Run]) -> list[tuple[Run, Run, dict[str, Any]]]:
+def pair_runs(
+    runs: Sequence[Run], *, same_output: bool = False
+) -> list[tuple[Run, Run, dict[str, Any]]]:
     """(baseline, spec, compare dict) for each speculative run, nearest baseline before it.
 
-    Two traces given in either order are put as baseline, spec first.
+    Two traces given in either order are put as baseline, spec first. *same_output*: the
+    runs produced the same output (see :func:`specnsys.metrics.compare_runs`).
     """
     from specnsys.metrics import compare_many
+    from specnsys.metrics.comparison import with_same_output
 
     if len(runs) == 2 and runs[0].analysis.mode == "spec" and runs[1].analysis.mode == "baseline":
         runs = [runs[1], runs[0]]
     comparisons = compare_many([r.analysis for r in runs])
+    if same_output:
+        comparisons = with_same_output(comparisons)
     by_id = {id(r.analysis): r for r in runs}
     return [(by_id[id(c.baseline)], by_id[id(c.spec)], c.to_dict()) for c in comparisons]
 
 
-def figure_data(kind: str, runs: Sequence[Run]) -> dict[str, Any]:
+def figure_data(kind: str, runs: Sequence[Run], *, same_output: bool = False) -> dict[str, Any]:
     """The figure data of *kind* (any but the timeline, drawn from lanes) for *runs*.
 
     * phases: one bar per run; * amdahl: the first baseline's p, with the operating point
@@ -75,7 +81,7 @@ def figure_data(kind: str, runs: Sequence[Run]) -> dict[str, Any]:
     modes = {r.analysis.mode for r in runs}
     if kind == "amdahl":
         if {"baseline", "spec"} <= modes:
-            base, _spec, comparison = pair_runs(runs)[0]
+            base, _spec, comparison = pair_runs(runs, same_output=same_output)[0]
             return plots.amdahl_data(base.data, comparison)
         return plots.amdahl_data(runs[0].data)
     if kind != "sweep":
@@ -83,7 +89,10 @@ def figure_data(kind: str, runs: Sequence[Run]) -> dict[str, Any]:
     if not {"baseline", "spec"} <= modes:
         raise UsageError("sweep needs a baseline trace and at least one speculative trace")
     return plots.sweep_data(
-        [{"label": s.label, "analysis": s.data, "comparison": c} for _b, s, c in pair_runs(runs)]
+        [
+            {"label": s.label, "analysis": s.data, "comparison": c}
+            for _b, s, c in pair_runs(runs, same_output=same_output)
+        ]
     )
 
 

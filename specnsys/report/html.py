@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specnsys.metrics.tokens import source_words
 from specnsys.report.palette import phase_color
 
 __all__ = ["ReportFigure", "inline_svg", "render_report_html"]
@@ -92,6 +93,13 @@ def _signed(share: float | None) -> str:
 
 def _num(value: float | int | None, fmt: str = ".3f") -> str:
     return "n/a" if value is None else format(value, fmt)
+
+
+def _tokens(a: Mapping[str, Any]) -> str:
+    """The output tokens and, when counted, where the count came from."""
+    if a.get("tokens") is None:
+        return "n/a"
+    return f"{_num(a.get('tokens'), ',')} ({_e(source_words(a.get('tokens_source')))})"
 
 
 def _phase(name: str) -> str:
@@ -328,7 +336,7 @@ def _analysis_block(label: str, a: Mapping[str, Any]) -> str:
     summary = [
         ["mode", _e(a.get("mode"))],
         ["window", _with_unit(_ms(a.get("window_ns")), "ms")],
-        ["output tokens", _num(a.get("tokens"), ",")],
+        ["output tokens", _tokens(a)],
         ["decode steps", _num(a.get("steps"), ",")],
         ["requests", _num(a.get("requests"), ",")],
         ["time per output token", _with_unit(_ms(a.get("per_token_ns"), 4), "ms")],
