@@ -188,7 +188,7 @@ def test_missing_node_events_leave_their_ops_on_the_launch_with_a_warning(
     _check_gpu(rows, _expected({**CAPTURED, 104: "decode", 105: "decode"}))
     assert pb.graph_notes == [
         "6 CUDA graph node ops (0.090 ms of GPU time) have no graph node creation event in the "
-        "trace: attributed to the phase of their graph launch, not to the phase their node "
+        "trace (none for their node, or for the node it was cloned from): attributed to the phase of their graph launch, not to the phase their node "
         "was captured in"
     ]
 
@@ -251,3 +251,59 @@ def test_nodes_captured_outside_every_phase_keep_the_launch_phase(tmp_path: Path
     replay = sum(d for _, _, d, _ in NODES.values())
     _check_gpu(rows, {"decode": (3 * replay, 12)})
     assert pb.graph_notes == []  # nothing is missing: the capture had no phase open
+
+
+def test_node_ids_are_per_process(tmp_path: Path) -> None:
+    """Two processes reuse node id 7 (ids are unique within a process only): each process's
+    kernel takes the phase of its own process's node."""
+    b = NsysExportBuilder()
+    for pid, phase in ((1, "draft"), (2, "verify")):
+        b.process(pid, f"worker{pid}")
+        b.thread(pid, 1, "main")
+        b.domain(1, "specnsys", pid=pid)
+        b.push_pop(100, 200, phase, pid=pid, domain_id=1)
+        b.graph_node(150, 151, 7, pid=pid)
+        b.push_pop(300, 400, "decode", pid=pid, domain_id=1)
+        b.runtime(310, 320, "cudaGraphLaunch_v10000", 9, pid=pid)
+        b.kernel(330, 380, f"k{pid}", 9, pid=pid, graph_node_id=7)
+    with specnsys.open(b.write(tmp_path / "two.sqlite")) as t:
+        ops = gpu_ops_with_phase(t)
+        assert sorted(zip(ops["pid"], ops["phase"], strict=False)) == [
+            (1, "draft"), (2, "verify")
+        ]
+        for pid, phase in ((1, "draft"), (2, "verify")):
+            rows = {r["phase"]: r for r in exclusive_phase_times(t, pid=pid).frame.to_dicts()}
+            assert (rows[phase]["gpu_busy_ns"], rows["decode"]["gpu_busy_ns"]) == (50, 0)
+
+
+def test_a_clone_cycle_ends_and_its_ops_stay_on_the_launch(tmp_path: Path) -> None:
+    """Malformed node events (7 cloned from 8, 8 from 7) never reach a captured node: the
+    recursion stops at its hop bound and the op is left on its launch, with the warning."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys")
+    b.push_pop(100, 200, "draft", domain_id=1)
+    b.graph_node(150, 151, 7, original=8)
+    b.graph_node(160, 161, 8, original=7)
+    b.push_pop(300, 400, "decode", domain_id=1)
+    b.runtime(310, 320, "cudaGraphLaunch_v10000", 9)
+    b.kernel(330, 380, "k", 9, graph_node_id=7)
+    with specnsys.open(b.write(tmp_path / "cycle.sqlite")) as t:
+        assert gpu_ops_with_phase(t)["phase"].to_list() == ["decode"]
+        notes = exclusive_phase_times(t).graph_notes
+        assert len(notes) == 1 and notes[0].startswith("1 CUDA graph node ops (0.000 ms")
+
+
+def test_node_ops_without_any_node_event_stay_on_the_launch_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    path = _build(tmp_path / "no_events.sqlite", node_events=False)
+    rows, pb = _rows(path)
+    replay = sum(d for _, _, d, _ in NODES.values())
+    _check_gpu(rows, {"decode": (3 * replay, 12)})
+    assert len(pb.graph_notes) == 1
+    assert pb.graph_notes[0].startswith(
+        f"15 CUDA graph node ops ({3 * replay / 1e6:.3f} ms of GPU time) have no graph node "
+        "creation event"
+    )

@@ -168,11 +168,8 @@ def graph_notes(trace: Trace, pid: int | None, window: tuple[int, int]) -> list[
     if pid is not None:
         params["pid"] = pid
     nodes = trace.summary.row_counts.get("graph_nodes", 0)
-    resolved = (
-        resolved_nodes_sql(pid)
-        if nodes
-        else "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS graph_node_id WHERE false"
-    )
+    none = "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS graph_node_id WHERE false"
+    resolved = resolved_nodes_sql(pid) if nodes else none
     where_pid = "AND pid = $pid" if pid is not None else ""
     clip = 'greatest(least(o."end", $we) - greatest(o.start, $ws), 0)'
     in_window = 'o.start < $we AND o."end" > $ws'
@@ -180,14 +177,16 @@ def graph_notes(trace: Trace, pid: int | None, window: tuple[int, int]) -> list[
     WITH resolved AS ({resolved}),
     ops AS ({_node_ops_sql(pid)}),
     node_keys AS (SELECT DISTINCT pid, correlation_id FROM ops),
+    known AS (SELECT DISTINCT pid, graph_node_id FROM graph_nodes WHERE true {where_pid}),
     per_op AS (
-        SELECT o.*, r.graph_node_id IS NOT NULL AS found
+        SELECT o.*, r.graph_node_id IS NOT NULL AS found, k.graph_node_id IS NOT NULL AS named
         FROM ops o LEFT JOIN resolved r USING (pid, graph_node_id)
+        LEFT JOIN known k USING (pid, graph_node_id)
     ),
     node_side AS (
         SELECT count(*) FILTER (WHERE NOT found AND {in_window}) AS lost_ops,
                COALESCE(sum({clip}) FILTER (WHERE NOT found AND {in_window}), 0) AS lost_ns,
-               count(*) FILTER (WHERE found) AS found_ops
+               count(*) FILTER (WHERE named) AS named_ops
         FROM per_op o
     ),
     graph_side AS (
@@ -200,22 +199,23 @@ def graph_notes(trace: Trace, pid: int | None, window: tuple[int, int]) -> list[
     node_events AS (
         SELECT count(*) AS n FROM graph_nodes WHERE true {where_pid}
     )
-    SELECT lost_ops, lost_ns, found_ops, kept, kept_ns, dropped, node_events.n
+    SELECT lost_ops, lost_ns, named_ops, kept, kept_ns, dropped, node_events.n
     FROM node_side, graph_side, node_events
     """
     row = trace.connection.execute(sql, params).fetchall()[0]
-    lost_ops, lost_ns, found_ops, kept, kept_ns, dropped, events = (int(v or 0) for v in row)
-    return list(_lines(lost_ops, lost_ns, found_ops, kept, kept_ns, dropped, events))
+    lost_ops, lost_ns, named_ops, kept, kept_ns, dropped, events = (int(v or 0) for v in row)
+    return list(_lines(lost_ops, lost_ns, named_ops, kept, kept_ns, dropped, events))
 
 
 def _lines(
-    lost_ops: int, lost_ns: int, found_ops: int, kept: int, kept_ns: int, dropped: int,
+    lost_ops: int, lost_ns: int, named_ops: int, kept: int, kept_ns: int, dropped: int,
     events: int,
 ) -> Iterable[str]:  # fmt: skip
     if lost_ops:
         yield (
             f"{lost_ops} CUDA graph node ops ({_ms(lost_ns)} of GPU time) have no graph node "
-            "creation event in the trace: attributed to the phase of their graph launch, not "
+            "creation event in the trace (none for their node, or for the node it was cloned "
+            "from): attributed to the phase of their graph launch, not "
             "to the phase their node was captured in"
         )
     if kept:
@@ -229,7 +229,7 @@ def _lines(
             f"{dropped} whole-graph rows not counted: the same launches' per-node kernels, "
             "copies and memsets are in the trace and are counted instead"
         )
-    if events and not found_ops:
+    if events and not named_ops:
         yield (
             f"{events} CUDA graph node events, but no GPU op ran as one of those nodes "
             "(no kernel, copy or memset with a matching graphNodeId): graph work is "
