@@ -104,7 +104,9 @@ def _ops(
 
     graphs = part("graphs", "graph", pl.lit("graph ") + pl.col("graph_id").cast(pl.String))
     if graph is not None and graph.covered is not None:  # counted through their node ops
-        graphs = graphs.join(graph.covered, on=["pid", "correlation_id"], how="anti")
+        graphs = graphs.join(
+            graph.covered, on=["pid", "correlation_id"], how="anti", maintain_order="left"
+        )
     ops = pl.concat(
         [
             part("kernels", "kernel", pl.col("short_name")),
