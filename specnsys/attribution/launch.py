@@ -14,10 +14,16 @@ memory grow with the number of rows, not with ranges x ops.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import polars as pl
 
+from specnsys.attribution.graph_nodes import (
+    NODE_OP_TABLES,
+    covered_graph_rows,
+    graph_node_phases,
+    has_graph_work,
+)
 from specnsys.attribution.phase_map import (
     PhaseIndex,
     create_phase_index,
@@ -68,10 +74,13 @@ def _ops(
     window: tuple[int, int] | None,
     details: bool,
     correlation_ids: pl.Series | None = None,
+    graph: _GraphJoin | None = None,
 ) -> pl.LazyFrame:
     """Every GPU op (kernels, memcpy, memset, whole-graph replays) of *pid* overlapping
     *window* (and with one of *correlation_ids*), with the filters pushed into the scans.
-    Without *details* only what attribution needs is read (kind, times, ids)."""
+    Without *details* only what attribution needs is read (kind, times, ids). With *graph*
+    (a trace with graph work) each op also gets ``node_phase`` (:mod:`.graph_nodes`), and
+    whole-graph rows whose launch has node-level ops are left out."""
 
     def part(table: str, kind: str, name: pl.Expr) -> pl.LazyFrame:
         frame = trace.table(table)
@@ -88,16 +97,50 @@ def _ops(
         if details:
             cols += [pl.col(c).cast(_I64) for c in ("device_id", "stream_id")]
             cols.append(name.cast(pl.String).alias("name"))
+        if graph is not None:
+            node = pl.col("graph_node_id") if table in NODE_OP_TABLES else pl.lit(None)
+            cols.append(node.cast(_I64).alias("graph_node_id"))
         return frame.select(cols)
 
-    return pl.concat(
+    graphs = part("graphs", "graph", pl.lit("graph ") + pl.col("graph_id").cast(pl.String))
+    if graph is not None and graph.covered is not None:  # counted through their node ops
+        graphs = graphs.join(
+            graph.covered, on=["pid", "correlation_id"], how="anti", maintain_order="left"
+        )
+    ops = pl.concat(
         [
             part("kernels", "kernel", pl.col("short_name")),
             part("memcpy", "memcpy", pl.col("copy_kind_name").fill_null("memcpy")),
             part("memset", "memset", pl.lit("memset")),
-            part("graphs", "graph", pl.lit("graph ") + pl.col("graph_id").cast(pl.String)),
+            graphs,
         ]
     )
+    if graph is None:
+        return ops
+    if graph.node_phases is None:
+        return ops.drop("graph_node_id").with_columns(
+            pl.lit(None, pl.Categorical).alias("node_phase")
+        )
+    return ops.join(
+        graph.node_phases.lazy(), on=["pid", "graph_node_id"], how="left",
+        maintain_order="left" if details else None,
+    ).drop("graph_node_id")  # fmt: skip
+
+
+class _GraphJoin(NamedTuple):
+    """What :func:`_ops` joins in a trace with graph work: the phases of the resolved nodes
+    (None without node events) and the launches whose whole-graph rows are left out (None
+    when none are)."""
+
+    node_phases: pl.DataFrame | None
+    covered: pl.LazyFrame | None
+
+    @classmethod
+    def of(cls, trace: Trace, index: PhaseIndex, pid: int | None) -> _GraphJoin | None:
+        """None for a trace without whole-graph rows and node events: nothing to join."""
+        if not has_graph_work(trace):
+            return None
+        return cls(graph_node_phases(trace, index, pid), covered_graph_rows(trace, pid))
 
 
 def attributed_runtime(
@@ -192,7 +235,8 @@ def attributed_gpu_ops(
         )
         if not details:
             calls = calls.select(*call_keys, "api_start", "phase")
-    ops = _ops(trace, pid, window, details, wanted)
+    graph = _GraphJoin.of(trace, index, pid)
+    ops = _ops(trace, pid, window, details, wanted, graph)
     if packed:  # the same columns come out as from the two-column join
         ops = ops.with_columns(_packed_key("pid", "correlation_id"))
         calls = calls.drop("rt_pid", "rt_corr", strict=False)
@@ -200,8 +244,10 @@ def attributed_gpu_ops(
         pl.when(pl.col("api_start").is_null())
         .then(pl.lit(UNATTRIBUTED_GPU, pl.Categorical))
         .otherwise(pl.col("phase").fill_null(pl.lit(UNANNOTATED, pl.Categorical)))
-        .alias("phase")
     )
+    if graph is not None:  # a node-level op: the phase its node was captured in, if any
+        label = pl.coalesce(pl.col("node_phase"), label)
+    label = label.alias("phase")
     if not details and (packed or pid is not None):  # one key column: merge sorted sides
         left, right = (_KEY, _KEY) if packed else ("correlation_id", "rt_corr")
         joined = _merge_launches(ops, calls, left, right)
@@ -212,6 +258,7 @@ def attributed_gpu_ops(
         ops.join(calls.lazy(), how="left", **keys, maintain_order="left" if details else None)
         .drop(_KEY, strict=False)
         .with_columns(label)
+        .drop("node_phase", strict=False)
         .select(pl.all() if details else pl.col("op_kind", "start", "end", "phase"))
         .collect(engine="streaming")
     )

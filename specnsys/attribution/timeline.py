@@ -34,6 +34,7 @@ import polars as pl
 
 from specnsys import __version__
 from specnsys.attribution.context import AttributionContext, attribution_context
+from specnsys.attribution.graph_nodes import graph_notes
 from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import (
     OP_KIND,
@@ -105,6 +106,9 @@ class PhaseBreakdown:
     range_counts: dict[str, int] = field(default_factory=dict)
     """Phase ranges per phase on the driver thread that start in the window (what per-range
     times divide by); counted from the ranges the breakdown reads anyway."""
+    graph_notes: list[str] = field(default_factory=list)
+    """CUDA graph work of the process in the window attributed to its launch's phase instead
+    of the phase its node was captured in, and why (:func:`.graph_nodes.graph_notes`)."""
 
     @property
     def window_ns(self) -> int:
@@ -465,7 +469,10 @@ def _breakdown(
     frame = frame.with_columns(
         (pl.col("wall_ns") / window_ns if window_ns > 0 else pl.lit(0.0)).alias("share")
     ).select(list(FRAME_SCHEMA))
-    return PhaseBreakdown(ws, we, frame, pid, gtid, gpu_union, mapping.name, unclosed)
+    notes = graph_notes(trace, pid, window) if pid is not None else []
+    return PhaseBreakdown(
+        ws, we, frame, pid, gtid, gpu_union, mapping.name, unclosed, graph_notes=notes
+    )
 
 
 def _phase_order(

@@ -239,6 +239,7 @@ def _scratch_folder(parquet_folder: Path | None) -> Path | None:
 
 def _register_small(con: duckdb.DuckDBPyConnection, export: SqliteExport, src: SourceRead) -> None:
     """Read a small source whole into a DuckDB table named after its alias."""
+    src = src.resolve(export)
     arrow = export.read_tables([(src.table, src.columns, src.with_rowid)])[0]
     con.register("_specnsys_small", arrow)
     con.execute(f"CREATE OR REPLACE TABLE {src.alias} AS SELECT * FROM _specnsys_small")
@@ -309,7 +310,7 @@ def _row_local_read(
     *context*, asked for by each slice's normalization), or through its query, after its
     side sources are registered in the build's DuckDB."""
     alias = ROW_LOCAL_SOURCE[table.name]
-    (stream,) = [src for src in table.sources if src.alias == alias]
+    (stream,) = [src.resolve(export) for src in table.sources if src.alias == alias]
     if table.arrow is not None:
         arrow = table.arrow
         return SliceRead(

@@ -19,7 +19,7 @@ This module holds the definitions; building the model from an export is
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specnsys.ingest.normalize import (
     KERNEL_COLUMNS,
@@ -34,7 +34,7 @@ from specnsys.ingest.normalize import (
 from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
 
 #: Bump when the model's tables or columns change, so old caches are not reused.
-MODEL_VERSION = 2
+MODEL_VERSION = 3
 
 MODEL_TABLES = (
     "threads",
@@ -45,6 +45,7 @@ MODEL_TABLES = (
     "memcpy",
     "memset",
     "graphs",
+    "graph_nodes",
     "sync",
     "gpu_metrics",
     "gpus",
@@ -72,13 +73,28 @@ def _ints(*names: str) -> list[RawColumn]:
 
 @dataclass(frozen=True)
 class SourceRead:
-    """One raw table registered in DuckDB under ``alias`` before the model query runs."""
+    """One raw table registered in DuckDB under ``alias`` before the model query runs.
+
+    *fallbacks* are ``(table, column)`` pairs read instead when the export lacks *table*: the
+    first whose table has that column (a table that changed its name across nsys versions,
+    while its old name now holds other rows: told apart by its columns, never by a version).
+    """
 
     alias: str
     table: str
     columns: tuple[RawColumn, ...]
     with_rowid: bool = False
+    fallbacks: tuple[tuple[str, str], ...] = ()
 
+    def resolve(self, export: SqliteExport) -> SourceRead:
+        """This read, of the table *export* holds these rows in (*table* when it is absent
+        everywhere: an absent table reads as no rows)."""
+        if export.has_table(self.table):
+            return self
+        for table, column in self.fallbacks:
+            if column in export.columns(table):
+                return replace(self, table=table, fallbacks=())
+        return self
 
 
 @dataclass(frozen=True)
@@ -258,6 +274,32 @@ GRAPHS = ModelTable(
 """Whole-graph executions (``--cuda-graph-trace=graph``): one row per graph launch, whose
 kernels are then not in ``kernels``; the row carries the launch call's correlation id."""
 
+GRAPH_NODES = ModelTable(
+    "graph_nodes",
+    (
+        SourceRead(
+            "raw_graph_nodes",
+            "CUDA_GRAPH_NODE_EVENTS",
+            tuple(_ints("start", "end", "eventClass", "globalTid", "nameId", "graphNodeId",
+                        "originalGraphNodeId")),
+            # Up to nsys 2022.x the node events were in CUDA_GRAPH_EVENTS, a name that now
+            # holds graph-level events (graphId, no graphNodeId): the column tells them apart.
+            fallbacks=(("CUDA_GRAPH_EVENTS", "graphNodeId"),),
+        ),
+    ),
+    f"""SELECT n.start, n."end", n.eventClass AS event_class,
+               CAST({PID.format(g="n.globalTid")} AS BIGINT) AS pid,
+               CAST({TID.format(g="n.globalTid")} AS BIGINT) AS tid,
+               n.globalTid AS global_tid, s.value AS name, n.graphNodeId AS graph_node_id,
+               n.originalGraphNodeId AS original_graph_node_id
+        FROM raw_graph_nodes n LEFT JOIN strings s ON s.id = n.nameId""",
+    "CUDA_GRAPH_NODE_EVENTS",
+)
+"""CUDA graph node creations and clones, on the host (``CUDA_GRAPH_NODE_EVENTS``; the node
+events of old ``CUDA_GRAPH_EVENTS``): the thread and time a node was captured or added, and for
+a node cloned when its graph was instantiated or cloned, the node it copies. A kernel, copy or
+memset run from a graph carries its node in ``graph_node_id``."""
+
 SYNC = ModelTable(
     "sync",
     (
@@ -338,7 +380,8 @@ GPUS = ModelTable(
 )
 
 MODEL = (
-    THREADS, PROCESSES, NVTX, RUNTIME, KERNELS, MEMCPY, MEMSET, GRAPHS, SYNC, GPU_METRICS, GPUS
+    THREADS, PROCESSES, NVTX, RUNTIME, KERNELS, MEMCPY, MEMSET, GRAPHS, GRAPH_NODES, SYNC,
+    GPU_METRICS, GPUS,
 )
 assert tuple(t.name for t in MODEL) == MODEL_TABLES
 #: The order tables are built in: the runtime calls first, their raw slices read while
@@ -346,7 +389,8 @@ assert tuple(t.name for t in MODEL) == MODEL_TABLES
 #: NVTX after the two big tables, so that its preparation runs while they are read (see
 #: :func:`.build.build_model`).
 BUILD_ORDER = (
-    RUNTIME, KERNELS, THREADS, PROCESSES, NVTX, MEMCPY, MEMSET, GRAPHS, SYNC, GPU_METRICS, GPUS
+    RUNTIME, KERNELS, THREADS, PROCESSES, NVTX, MEMCPY, MEMSET, GRAPHS, GRAPH_NODES, SYNC,
+    GPU_METRICS, GPUS,
 )
 assert set(BUILD_ORDER) == set(MODEL) and len(BUILD_ORDER) == len(MODEL)
 
@@ -366,6 +410,7 @@ ROW_LOCAL_SOURCE = {
     "memcpy": "raw_memcpy",
     "memset": "raw_memset",
     "graphs": "raw_graphs",
+    "graph_nodes": "raw_graph_nodes",
     "sync": "raw_sync",
     "gpu_metrics": "raw_gpu_metrics",
     "gpus": "raw_gpus",

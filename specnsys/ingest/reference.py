@@ -30,6 +30,8 @@ TABLE_MEANINGS: dict[str, str] = {
     "memset": "one row per memory set on the GPU",
     "graphs": "one row per whole-graph execution (--cuda-graph-trace=graph; its kernels are "
     "then not in kernels)",
+    "graph_nodes": "one row per CUDA graph node created or cloned on the host (captured, added, "
+    "or copied when its graph was instantiated or cloned)",
     "sync": "one row per CUDA synchronization (event, stream or context)",
     "gpu_metrics": "one row per GPU metrics sample (--gpu-metrics-devices)",
     "gpus": "one row per GPU of the target",
@@ -138,6 +140,18 @@ COLUMN_MEANINGS: dict[str, dict[str, str]] = {
         "correlation_id": "id of the graph launch call: join runtime on (correlation_id, pid)",
         "graph_id": "CUDA graph id",
         "graph_exec_id": "id of the executable graph instance",
+    },
+    "graph_nodes": {
+        "start": "start of the node's creation on the host (ns, session clock)",
+        "end": "end of the node's creation (ns, session clock)",
+        "event_class": "nsys eventClass of the event (77: graph node creation)",
+        "pid": "process id (decoded from global_tid)",
+        "tid": "thread that created the node (decoded from global_tid)",
+        "global_tid": "nsys global thread id, as in the export",
+        "name": "what created the node, as nsys names it",
+        "graph_node_id": "the node: what graph_node_id of kernels, memcpy and memset refers to",
+        "original_graph_node_id": "the node this one is a clone of (instantiation or graph "
+        "clone); NULL for a node captured or added",
     },
     "sync": {
         **_GPU_OP,
@@ -258,6 +272,7 @@ def _reference_export(folder: Path) -> Path:
     b.memcpy(410, 420, 64, 2)
     b.memset(430, 440, 64, 3)
     b.graph(450, 460, 4)
+    b.graph_node(150, 160, 11)
     b.sync(470, 480, 5)
     b.gpu(0)
     b.gpu_metric(400, 0, 1, "DRAM Read Bandwidth [Throughput %]", 50)

@@ -378,6 +378,7 @@ def _analyze(
     unclosed = int(getattr(b, "unclosed_ranges", 0) or 0)
     if unclosed:
         warnings.append(f"{unclosed} phase ranges never closed; counted up to the window end")
+    warnings.extend(getattr(b, "graph_notes", ()))  # graph work left on its launch's phase
 
     return Analysis(
         path=path,

@@ -60,6 +60,17 @@ DDL = {
         "correlationId INTEGER, globalPid INTEGER, graphId INTEGER NOT NULL, "
         "graphExecId INTEGER NOT NULL"
     ),
+    "CUDA_GRAPH_NODE_EVENTS": (
+        'start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INTEGER NOT NULL, '
+        "globalTid INTEGER, nameId INTEGER NOT NULL, graphNodeId INTEGER NOT NULL, "
+        "originalGraphNodeId INTEGER"
+    ),
+    # graph-level events since ~2023; before, this name held the node events (OLD_GRAPH_DDL)
+    "CUDA_GRAPH_EVENTS": (
+        'start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INTEGER NOT NULL, '
+        "globalTid INTEGER, nameId INTEGER NOT NULL, graphId INTEGER NOT NULL, "
+        "originalGraphId INTEGER, graphExecId INTEGER"
+    ),
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": (
         'start INTEGER NOT NULL, "end" INTEGER NOT NULL, deviceId INTEGER NOT NULL, '
         "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
@@ -82,6 +93,13 @@ DDL = {
 
 LEGACY_GPU_DDL = "vmId INTEGER NOT NULL, deviceId INTEGER NOT NULL, name TEXT, busLocation TEXT, isDiscrete INTEGER"
 
+#: ``CUDA_GRAPH_EVENTS`` as nsys 2022.2 (schema 2.9.1) wrote it: the node events, later moved
+#: to ``CUDA_GRAPH_NODE_EVENTS`` (same columns).
+OLD_GRAPH_DDL = DDL["CUDA_GRAPH_NODE_EVENTS"]
+
+#: nsys eventClass codes of the graph events (ENUM_NSYS_EVENT_CLASS).
+GRAPH_NODE_CREATED, GRAPH_EXEC_CREATED, GRAPH_CREATED, GRAPH_CLONED = 77, 94, 95, 96
+
 
 def global_tid(pid: int, tid: int) -> int:
     return VM_BITS | (pid << 24) | tid
@@ -91,10 +109,21 @@ def global_pid(pid: int) -> int:
     return VM_BITS | (pid << 24)
 
 
-def create_tables(con: sqlite3.Connection, names: list[str], *, legacy: bool = False) -> None:
-    """Create the nsys tables *names* (schema 3.x columns, or the legacy GPU table)."""
+def create_tables(
+    con: sqlite3.Connection,
+    names: list[str],
+    *,
+    legacy: bool = False,
+    old_graph_events: bool = False,
+) -> None:
+    """Create the nsys tables *names* (schema 3.x columns, or the legacy GPU table, or with
+    *old_graph_events* the node-event layout of ``CUDA_GRAPH_EVENTS``)."""
     for name in names:
-        ddl = LEGACY_GPU_DDL if legacy and name == "TARGET_INFO_GPU" else DDL[name]
+        ddl = DDL[name]
+        if legacy and name == "TARGET_INFO_GPU":
+            ddl = LEGACY_GPU_DDL
+        elif old_graph_events and name == "CUDA_GRAPH_EVENTS":
+            ddl = OLD_GRAPH_DDL
         con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" ({ddl})')
 
 
@@ -107,8 +136,11 @@ class NsysExportBuilder:
         product_version: str | None = "2026.2.1.210",
         schema_version: str | None = "3.25.0",
         legacy: bool = False,
+        old_graph_events: bool = False,
     ) -> None:
         self.legacy = legacy
+        #: node events written to ``CUDA_GRAPH_EVENTS`` in its pre-2023 layout (nsys 2022.2)
+        self.old_graph_events = old_graph_events
         self.product_version = None if legacy else product_version
         self.schema_version = None if legacy else schema_version
         self.rows: dict[str, list[tuple[object, ...]]] = defaultdict(list)
@@ -200,19 +232,21 @@ class NsysExportBuilder:
     def memcpy(
         self, start: int, end: int, nbytes: int, correlation_id: int, *, copy_kind: int = 1,
         pid: int = 1, device: int = 0, stream: int = 7, src_kind: int = 1, dst_kind: int = 2,
+        graph_node_id: int | None = None,
     ) -> None:
         self.rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
             (start, end, device, 1, stream, correlation_id, global_pid(pid), nbytes, copy_kind,
-             src_kind, dst_kind, None)
+             src_kind, dst_kind, graph_node_id)
         )
 
     def memset(
         self, start: int, end: int, nbytes: int, correlation_id: int, *, pid: int = 1,
         device: int = 0, stream: int = 7, value: int = 0, mem_kind: int = 2,
+        graph_node_id: int | None = None,
     ) -> None:
         self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
-            (start, end, device, 1, stream, correlation_id, global_pid(pid), value, nbytes, None,
-             mem_kind)
+            (start, end, device, 1, stream, correlation_id, global_pid(pid), value, nbytes,
+             graph_node_id, mem_kind)
         )
 
     def graph(
@@ -223,6 +257,36 @@ class NsysExportBuilder:
         self.rows["CUPTI_ACTIVITY_KIND_GRAPH_TRACE"].append(
             (start, end, device, 1, None, stream, correlation_id, global_pid(pid), graph_id,
              graph_exec_id)
+        )
+
+    def graph_node(
+        self, start: int, end: int, graph_node_id: int, *, original: int | None = None,
+        pid: int = 1, tid: int = 1, event_class: int = GRAPH_NODE_CREATED,
+        name: str = "cudaGraphAddKernelNode",
+    ) -> None:
+        """One graph node event on the host: node *graph_node_id* created (captured or added)
+        on thread (*pid*, *tid*) during ``[start, end)``, or, with *original*, cloned from that
+        node (as ``cudaGraphInstantiate`` copies every node of the graph it instantiates).
+        Written to ``CUDA_GRAPH_NODE_EVENTS``, or to ``CUDA_GRAPH_EVENTS`` with
+        ``old_graph_events``."""
+        table = "CUDA_GRAPH_EVENTS" if self.old_graph_events else "CUDA_GRAPH_NODE_EVENTS"
+        self.rows[table].append(
+            (start, end, event_class, global_tid(pid, tid), self.string(name), graph_node_id,
+             original)
+        )
+
+    def graph_event(
+        self, start: int, end: int, graph_id: int, *, original: int | None = None,
+        graph_exec_id: int | None = None, pid: int = 1, tid: int = 1,
+        event_class: int = GRAPH_CREATED, name: str = "cudaStreamEndCapture",
+    ) -> None:
+        """One graph-level event (graph created, cloned or instantiated) in the layout
+        ``CUDA_GRAPH_EVENTS`` has had since ~2023 (graphId, no graphNodeId)."""
+        if self.old_graph_events:
+            raise ValueError("old_graph_events: CUDA_GRAPH_EVENTS holds node events")
+        self.rows["CUDA_GRAPH_EVENTS"].append(
+            (start, end, event_class, global_tid(pid, tid), self.string(name), graph_id,
+             original, graph_exec_id)
         )
 
     def sync(
@@ -271,7 +335,9 @@ class NsysExportBuilder:
                 ]
             rows.setdefault("StringIds", [])
             rows.setdefault("ThreadNames", [])
-            create_tables(con, list(rows), legacy=self.legacy)
+            create_tables(
+                con, list(rows), legacy=self.legacy, old_graph_events=self.old_graph_events
+            )
             for table, table_rows in rows.items():
                 if table_rows:
                     marks = ", ".join("?" * len(table_rows[0]))
