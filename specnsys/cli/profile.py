@@ -1,11 +1,15 @@
-"""``specnsys profile -o OUT -- COMMAND...``: capture COMMAND with nsys and export SQLite."""
+"""``specnsys profile [--annotate FILE] -o OUT -- COMMAND...``: capture COMMAND with nsys and
+export SQLite; with ``--annotate``, an unedited Python program gets specnsys phases and marks."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from specnsys.capture import profile
+from specnsys.errors import UsageError
+from specnsys.inject import environment
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +28,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--timeout", type=_seconds, default=600.0, help="seconds before giving up (default 600)"
     )
     p.add_argument("--nsys-arg", action="append", default=[], help="extra nsys profile argument")
+    p.add_argument(
+        "--annotate",
+        metavar="FILE",
+        help="annotation file (TOML) that turns calls of an unedited Python program into "
+        "specnsys phases and marks (docs/annotate.md); checked before nsys starts",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
     p.set_defaults(run=run)
 
@@ -41,8 +51,13 @@ def _seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.annotate and args.trace and "nvtx" not in args.trace.split(","):
+        raise UsageError(f"--annotate emits NVTX ranges: add nvtx to -t {args.trace}")
+    # Only the profiled program's environment carries the injection; ours is unchanged.
+    env = {**os.environ, **environment(args.annotate)} if args.annotate else None
     result = profile(
-        command, args.output, trace=args.trace, timeout_s=args.timeout, extra_args=args.nsys_arg
+        command, args.output, trace=args.trace, timeout_s=args.timeout, extra_args=args.nsys_arg,
+        env=env,
     )
     print(result.sqlite)
     return 0
