@@ -118,7 +118,9 @@ def load_config(path: str | Path) -> Config:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise AnnotationError(f"{label}: cannot read the annotation file: {exc.strerror or exc}")
+        raise AnnotationError(
+            f"{label}: cannot read the annotation file: {exc.strerror or exc}"
+        ) from None
     except UnicodeDecodeError:
         raise AnnotationError(f"{label}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import IO, Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import IO, Any
 
 from specnsys import annotate
 
@@ -22,7 +23,7 @@ __all__ = ["Emitter", "LogEmitter"]
 class Emitter:
     """Ranges and marks through :mod:`specnsys.annotate` (no-ops when no collector attached)."""
 
-    def phase(self, name: str) -> ContextManager[Any]:
+    def phase(self, name: str) -> AbstractContextManager[Any]:
         return annotate.phase(name)
 
     def acceptance(self, proposed: int, accepted: int) -> None:
@@ -60,7 +61,7 @@ class LogEmitter(Emitter):
         finally:
             self._write(f"pop {name}")
 
-    def phase(self, name: str) -> ContextManager[Any]:
+    def phase(self, name: str) -> AbstractContextManager[Any]:
         return self._logged(name)
 
     def acceptance(self, proposed: int, accepted: int) -> None:

@@ -19,7 +19,7 @@ from typing import IO, Any, Protocol
 
 from specnsys.inject.config import Hook, ObjectRule
 from specnsys.inject.emit import Emitter
-from specnsys.inject.paths import Arguments, ArgumentLayout, ValuePath
+from specnsys.inject.paths import ArgumentLayout, Arguments, ValuePath
 
 __all__ = ["Reporter", "make_wrapper"]
 
@@ -152,14 +152,16 @@ class _MarkReader:
             proposed = self._values("proposed", hook.proposed, call, result)
             if len(proposed) == 1 and len(accepted) != 1:
                 proposed = proposed * len(accepted)  # one k for every sequence of the step
-            if accepted and proposed and len(proposed) != len(accepted):
+            if not accepted or not proposed:
+                pass  # no sequence this step, or a value that did not resolve (reported)
+            elif len(proposed) != len(accepted):
                 self.reporter.warn_once(
                     hook.entry, "pairs",
                     f"{hook.entry}: proposed has {len(proposed)} values and accepted "
                     f"{len(accepted)} on a call of {self.where}; no acceptance marks emitted",
                 )
             else:
-                for k, n in zip(proposed, accepted):
+                for k, n in zip(proposed, accepted, strict=True):
                     try:
                         self.emitter.acceptance(k, n)
                     except ValueError as exc:

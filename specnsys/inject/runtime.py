@@ -85,8 +85,9 @@ class Injection:
             if hook.target.obj is not None:
                 self.object_hooks.setdefault(hook.target.obj, []).append(hook)
         self.selected: set[str] = set()  # object entries that selected at least one object
-        self.called: set[str] = set()  # hook entries that ran at least once
+        self.called: set[str] = set()  # hook entries that ran at least once (for tests)
         self._lock = threading.RLock()
+        self._finder: _PostImportFinder | None = None
 
     # --- modules ----------------------------------------------------------------------------
 
@@ -124,10 +125,15 @@ class Injection:
         site.done = True
 
     def _wrapper_for(self, site: _Site) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        return self._wrapping(site.hook, site.rules, site.target.text)
+
+    def _wrapping(
+        self, hook: Hook | None, rules: Sequence[ObjectRule], where: str
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
             return make_wrapper(
-                func, site.hook, site.rules, emitter=self.emitter, reporter=self.reporter,
-                sink=self, where=site.target.text, called=self.called.add,
+                func, hook, rules, emitter=self.emitter, reporter=self.reporter, sink=self,
+                where=where, called=self.called.add,
             )
 
         return wrap
@@ -141,12 +147,7 @@ class Injection:
             where = f"{hook.target.text} ({type(obj).__name__} from {rule.factory.text})"
             try:
                 annotate.wrap_attr(
-                    obj, hook.target.qualname,
-                    lambda func, hook=hook, where=where: make_wrapper(
-                        func, hook, (), emitter=self.emitter, reporter=self.reporter,
-                        where=where, called=self.called.add,
-                    ),
-                    patch=self.patch,
+                    obj, hook.target.qualname, self._wrapping(hook, (), where), patch=self.patch
                 )
             except (TypeError, AttributeError) as exc:
                 self.reporter.warn_once(
@@ -157,10 +158,14 @@ class Injection:
 
     # --- the exit report --------------------------------------------------------------------
 
-    def unmatched(self) -> list[str]:
-        """What never took effect, one clause per entry (empty when everything did)."""
+    def unmatched(self, *, main: bool = True) -> list[str]:
+        """What never took effect, one clause per entry (empty when everything did); without
+        *main*, entries on ``__main__`` are left out (in a child process they name another
+        program's script)."""
         clauses: dict[str, str] = {}  # entry -> why
         for name, sites in self.sites.items():
+            if name == MAIN and not main:
+                continue
             for site in sites:
                 if site.done:
                     continue
@@ -171,6 +176,8 @@ class Injection:
                 )
                 clauses.update(dict.fromkeys(site.entries, why))
         for rule in self.config.objects:
+            if rule.factory.module == MAIN and not main:
+                continue
             if rule.entry not in self.selected and rule.entry not in clauses:
                 how = f"call = {rule.call}" if rule.call else "the 'where' value"
                 if rule.call and rule.where:
@@ -180,8 +187,8 @@ class Injection:
         # baseline and a speculative run, each calling only its own functions.
         return [f"{entry}: {why}" for entry, why in clauses.items()]
 
-    def report_unmatched(self) -> None:
-        clauses = self.unmatched()
+    def report_unmatched(self, *, main: bool = True) -> None:
+        clauses = self.unmatched(main=main)
         if clauses:
             self.reporter.warn("not applied in this process: " + "; ".join(clauses))
 
@@ -195,9 +202,18 @@ class Injection:
                 self.apply_module(name, module)
         later = {n for n in self.sites if n != MAIN and n not in sys.modules}
         if later:
-            sys.meta_path.insert(0, _PostImportFinder(later, self.apply_module))
+            self._finder = _PostImportFinder(later, self.apply_module)
+            sys.meta_path.insert(0, self._finder)
         if watch_main and MAIN in self.sites:
             _follow_main(self)
+
+    def uninstall(self) -> None:
+        """Stop hooking imports and restore every wrapped callable (tests; a program that
+        wants its originals back)."""
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        self._finder = None
+        self.patch.undo()
 
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -237,7 +253,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
                 find = getattr(finder, "find_spec", None)
                 if finder is self or find is None:
                     continue
-                spec = find(fullname, path, target)
+                spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
                 if spec is not None:
                     break
             else:
@@ -314,7 +330,8 @@ def install_from_env() -> Injection | None:
 
     Never raises: an injection that cannot start says why in one line and the program runs
     unannotated. The exit report is given by the profiled program, and by a child process
-    only where it applied something (a helper subprocess should not repeat every entry).
+    only where it applied something and without the ``__main__`` entries (a helper
+    subprocess should not repeat every entry).
     """
     path = os.environ.get(CONFIG_ENV)
     if not path:
@@ -337,7 +354,7 @@ def install_from_env() -> Injection | None:
     def report() -> None:
         applied = any(s.done for sites in injection.sites.values() for s in sites)
         if depth == 0 or applied:
-            injection.report_unmatched()
+            injection.report_unmatched(main=depth == 0)
 
     atexit.register(report)
     return injection
