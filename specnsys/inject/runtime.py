@@ -21,6 +21,7 @@ line when the program exits, so that a typo does not pass silently.
 from __future__ import annotations
 
 import atexit
+import builtins
 import importlib.abc
 import importlib.machinery
 import os
@@ -271,46 +272,79 @@ def _follow_main(injection: Injection) -> None:
     """Patch ``__main__`` entries as the script binds them (see the module docstring)."""
     main = sys.modules.get(MAIN)
     if main is None or sys.gettrace() is not None:
-        # A debugger or coverage tracer owns sys.settrace: patch at the script's first call
-        # would need it; say so rather than break it.
+        # A debugger or coverage tracer owns sys.settrace; say so rather than break it.
         injection.reporter.warn(
             "a tracer (debugger, coverage) is active: __main__ entries are not applied"
         )
         return
-    main_dict = vars(main)
-    state: dict[str, Any] = {"frame": None}
+    _MainFollower(injection, main).start()
 
-    def stop() -> None:
+
+class _MainFollower:
+    """Follows the lines of the script's module-level code until its entries are bound.
+
+    Tracing slows all Python code while it is on (CPython checks every instruction), so it is
+    on for as short as possible: the global trace function is the C builtin ``getattr`` once
+    the script's frame is found (``getattr(frame, "call", None)`` is None: no other frame is
+    traced), and it is off during the script's own import statements (``import torch`` is
+    most of a script's start-up); the script's frame keeps its line tracer meanwhile.
+    """
+
+    def __init__(self, injection: Injection, main: types.ModuleType) -> None:
+        self.injection, self.main, self.main_dict = injection, main, vars(main)
+        self.frame: types.FrameType | None = None
+        self.original_import: Callable[..., Any] = builtins.__import__
+        self.hook: Callable[..., Any] = self.quiet_import  # one bound method, to compare by is
+
+    def start(self) -> None:
+        sys.settrace(self.calls)
+
+    def stop(self) -> None:
         sys.settrace(None)
-        if state["frame"] is not None:
-            state["frame"].f_trace = None
-            state["frame"] = None
+        if self.frame is not None:
+            self.frame.f_trace = None
+            self.frame = None
+        if builtins.__import__ is self.hook:  # unless the program replaced it since
+            builtins.__import__ = self.original_import
 
-    def lines(frame: types.FrameType, event: str, arg: Any) -> Any:
-        if injection.apply_module(MAIN, main, final=event == "return"):
-            stop()
+    def calls(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        """Global trace function until the script's module frame starts."""
+        if frame.f_globals is not self.main_dict or frame.f_code.co_name != "<module>":
+            return None
+        self.frame = frame
+        stored = set(frame.f_code.co_names)  # every name the script's code can bind
+        for site in self.injection.sites[MAIN]:
+            head = site.target.qualname.split(".")[0]
+            if head not in stored and head not in self.main_dict:
+                site.why = f"the script never defines {head!r}"
+        if self.injection.apply_module(MAIN, self.main, final=False):
+            self.stop()
+            return None
+        sys.settrace(getattr)
+        self.original_import = builtins.__import__
+        builtins.__import__ = self.hook
+        return self.lines
+
+    def lines(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        """Local trace function of the script's module frame: patch what each line bound."""
+        if self.injection.apply_module(MAIN, self.main, final=event == "return"):
+            self.stop()
             return None
         if event == "return":
-            stop()
-        return lines
+            self.stop()
+        return self.lines
 
-    def calls(frame: types.FrameType, event: str, arg: Any) -> Any:
-        if frame.f_globals is not main_dict or state["frame"] is not None:
-            return None
-        if frame.f_code.co_name != "<module>":
-            return None
-        state["frame"] = frame
-        stored = set(frame.f_code.co_names)  # every name the script's code can bind
-        for site in injection.sites[MAIN]:
-            head = site.target.qualname.split(".")[0]
-            if head not in stored and head not in main_dict:
-                site.why = f"the script never defines {head!r}"
-        if injection.apply_module(MAIN, main, final=False):
-            stop()
-            return None
-        return lines
-
-    sys.settrace(calls)
+    def quiet_import(self, *args: Any, **kwargs: Any) -> Any:
+        """``__import__`` with tracing off (an import binds no name the script defines)."""
+        original = self.original_import
+        if self.frame is None or sys._getframe(1) is not self.frame:
+            return original(*args, **kwargs)
+        sys.settrace(None)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if self.frame is not None:
+                sys.settrace(getattr)
 
 
 def install(
