@@ -87,6 +87,7 @@ __all__ = [
     "request",
     "set_enabled",
     "start_request",
+    "wrap_attr",
 ]
 
 # ARGB colors so the phases are told apart at a glance in the Nsight Systems timeline.
@@ -492,15 +493,31 @@ def patch_attr(
     several attributes into one handle.
     """
     ph = phase(phase_name, allow_custom=allow_custom)
+    return wrap_attr(obj, attr, lambda func: _wrap(func, ph), patch=patch)
+
+
+def wrap_attr(
+    obj: Any,
+    attr: str,
+    make_wrapper: Callable[[Callable[..., Any]], Callable[..., Any]],
+    *,
+    patch: Patch | None = None,
+) -> Patch:
+    """Replace the callable ``obj.attr`` by ``make_wrapper(original)``, undoably.
+
+    The mechanics of :func:`patch_attr` for any wrapper (``specnsys.inject`` wraps calls in a
+    phase *and* reads marks from their results): ``obj`` may be a module, a class (static and
+    class methods keep their kind) or an instance (only that object is affected).
+    """
     handle = patch if patch is not None else Patch()
     had_own, raw = _own_attribute(obj, attr)
     if inspect.isclass(obj) and isinstance(raw, (staticmethod, classmethod)):
-        replacement: Any = type(raw)(_wrap(raw.__func__, ph))
+        replacement: Any = type(raw)(make_wrapper(raw.__func__))
     else:
         current = getattr(obj, attr)  # bound method for an instance, function otherwise
         if not callable(current):
             raise TypeError(f"{type(obj).__name__}.{attr} is not callable")
-        replacement = _wrap(current, ph)
+        replacement = make_wrapper(current)
     setattr(obj, attr, replacement)
     handle._add(obj, attr, had_own, raw)
     return handle

@@ -1,11 +1,15 @@
-"""``specnsys profile -o OUT -- COMMAND...``: capture COMMAND with nsys and export SQLite."""
+"""``specnsys profile [--annotate FILE] -o OUT -- COMMAND...``: capture COMMAND with nsys and
+export SQLite; with ``--annotate``, an unedited Python program gets specnsys phases and marks."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from specnsys.capture import profile
+from specnsys.errors import UsageError
+from specnsys.inject import environment
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +35,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="keep the .nsys-rep report beside the export (to open in the Nsight Systems GUI)",
     )
+    p.add_argument(
+        "--annotate",
+        metavar="FILE",
+        help="annotation file (TOML) that turns calls of an unedited Python program into "
+        "specnsys phases and marks (docs/annotate.md); checked before nsys starts",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
     p.set_defaults(run=run)
 
@@ -48,6 +58,10 @@ def _seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.annotate and args.trace and "nvtx" not in args.trace.split(","):
+        raise UsageError(f"--annotate emits NVTX ranges: add nvtx to -t {args.trace}")
+    # Only the profiled program's environment carries the injection; ours is unchanged.
+    env = {**os.environ, **environment(args.annotate)} if args.annotate else None
     result = profile(
         command,
         args.output,
@@ -55,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         extra_args=args.nsys_arg,
         keep_report=args.keep_report,
+        env=env,
     )
     print(result.sqlite, flush=True)
     return 0
