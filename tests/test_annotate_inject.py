@@ -615,8 +615,9 @@ def test_profile_annotate_two_runs_compare_to_p_r_predicted_and_measured(tmp_pat
             env=env, capture_output=True, text=True, cwd=REPO, timeout=300,
         )
         assert done.returncode == 0, done.stderr
-        runs[mode] = done.stdout.strip()
+        *program, runs[mode] = done.stdout.splitlines()  # the program's lines pass through
         assert runs[mode] == str(tmp_path / f"{mode}.sqlite")
+        assert f"{mode}: 4 requests, 128 tokens" in program
     done = subprocess.run(
         [sys.executable, "-m", "specnsys", "compare", runs["baseline"], runs["spec"], "--json"],
         env=env, capture_output=True, text=True, cwd=REPO, timeout=300,
