@@ -115,7 +115,10 @@ class Generator:
         concurrency: int = 1,
         params: SamplingParams | None = None,
         seed: int = 0,
+        sample_delay_s: float = 0.0,
     ) -> None:
+        """``sample_delay_s`` adds a sleep to every decode step's ``sample`` phase: a known
+        regression to inject (``specnsys check`` must name ``sample``)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         if mode == "spec":
@@ -133,6 +136,9 @@ class Generator:
         self.k = k if mode == "spec" else 0
         self.concurrency = concurrency
         self.params = params or SamplingParams()
+        if sample_delay_s < 0:
+            raise ValueError("sample_delay_s must be >= 0")
+        self.sample_delay_s = sample_delay_s
         self.device = next(target.parameters()).device
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.tcache = KVCache(target.config, concurrency, self.device)
@@ -242,6 +248,10 @@ class Generator:
             with annotate.phase("sample"):
                 self._note_tokens(slot, tokens)
 
+    def _injected_delay(self) -> None:
+        if self.sample_delay_s > 0:
+            time.sleep(self.sample_delay_s)
+
     def _baseline_step(self, slots: list[int], states: list[_Slot]) -> None:
         with annotate.phase("schedule"):
             cur = torch.tensor([[s.context[-1]] for s in states], device=self.device)
@@ -251,6 +261,7 @@ class Generator:
             self._mark_target(kv_lens, 1)
             logits = self.target(cur, self.tcache, batch_slots)[:, -1]
         with annotate.phase("sample"):
+            self._injected_delay()
             nxt = select(logits, self.params, self.gen, self._presence(slots))
         with annotate.phase("sync"):
             self._sync()
@@ -293,6 +304,7 @@ class Generator:
             verify_in = torch.cat((last2[:, 1:], draft_tokens), dim=1)
             logits = self.target(verify_in, self.tcache, batch_slots)  # [b, k+1, V]
         with annotate.phase("sample"):
+            self._injected_delay()
             pos_presence = None
             if base_presence is not None:
                 onehot = torch.zeros(

@@ -48,6 +48,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--noise", type=float, default=0.1, help="noised draft: relative noise")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: stable timing)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed, unannotated warm-up requests")
+    ap.add_argument(
+        "--sample-delay-ms", type=float, default=0.0,
+        help="sleep this long in every decode step's sample phase (an injected regression)",
+    )
     ap.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     return ap.parse_args(argv)
 
@@ -96,7 +100,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], RunResult]:
     gen_args = dict(mode=args.mode, k=max(k, 1), concurrency=args.concurrency, params=params)
     _warm_up(gen_args, target, draft, args.warmup)
     with torch.inference_mode():
-        result = Generator(target, draft, seed=args.seed, **gen_args).run(requests)
+        result = Generator(
+            target, draft, seed=args.seed, sample_delay_s=args.sample_delay_ms / 1e3, **gen_args
+        ).run(requests)
     summary = summarize(result)
     summary.update(
         profile=args.profile,

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     from specnsys import __version__
     from specnsys.cli import (
         analyze,
+        check,
         collect,
         compare,
         info,
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.register(sub)
     report.register(sub)
     collect.register(sub)
+    check.register(sub)
     schema.register(sub)
     return parser
 
