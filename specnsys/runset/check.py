@@ -172,7 +172,7 @@ def _compare(base: list[Run], cand: list[Run], tolerance: float) -> GroupResult:
         "regressed": change > tolerance and change > noise,
     }
     names = sorted({n for m in (*mb, *mc) for n in m} - {"total"})
-    phases = []
+    phases: list[dict[str, Any]] = []
     for name in names:
         bm, bs = _stats([m.get(name, 0.0) for m in mb])
         cm, cs = _stats([m.get(name, 0.0) for m in mc])
