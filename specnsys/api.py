@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from specnsys.attribution.lanes import TimelineLanes
     from specnsys.ingest import Trace
     from specnsys.metrics import Analysis, Comparison
+    from specnsys.metrics.ab_compare import ABComparison
     from specnsys.report.build import Run
 
 #: What ``import specnsys`` exposes from here (besides the result classes below).
@@ -79,26 +80,34 @@ def warn(result: Any) -> None:
 
 @contextlib.contextmanager
 def _checked(
-    path: str | Path, use_cache: bool, rules: PhaseRules | None = None
+    path: str | Path, use_cache: bool, rules: PhaseRules | None = None, *, phased: bool = True
 ) -> Iterator[tuple[Trace, list[str], AttributionContext]]:
     """Open *path* and run the data-quality checks beside the caller's block; the list it
     yields holds the notes (``PATH: note``) once the block has ended without an error. The
-    attribution context of *rules* (None: the specnsys convention) it yields is the one every
-    analysis in the block shares: the phase index and the launch attribution built once."""
+    attribution context it yields is the one every analysis in the block shares (the phase
+    index and the launch attribution built once), made for the rules in force: *rules*, or
+    without them the default :func:`~specnsys.metrics.analysis.rules_in_force` picks for the
+    trace (specnsys's vocabulary, else ``nvtx``, with a note that says so); its ``rules`` are
+    what the block must analyze with. A command that reads no phases (*phased* False) gets
+    no note."""
     from specnsys.attribution.context import AttributionContext
     from specnsys.attribution.launch import rules_for
     from specnsys.ingest import open_trace
     from specnsys.ingest.quality import data_warnings_beside
+    from specnsys.metrics.analysis import rules_in_force
     from specnsys.vocabulary import DOMAIN, PHASES
 
     notes: list[str] = []
-    with (
-        open_trace(path, use_cache=use_cache) as trace,
-        data_warnings_beside(trace) as found,
-        AttributionContext(trace, rules_for(PHASES, DOMAIN, rules)) as context,
-    ):
-        yield trace, notes, context
-    notes.extend(f"{path}: {note}" for note in found())
+    with open_trace(path, use_cache=use_cache) as trace:
+        chosen, note = rules_in_force(trace, rules)
+        with (
+            data_warnings_beside(trace) as found,
+            AttributionContext(trace, rules_for(PHASES, DOMAIN, chosen)) as context,
+        ):
+            yield trace, notes, context
+    if note is not None and phased:
+        notes.append(f"{path}: {note}")
+    notes.extend(f"{path}: {text}" for text in found())
 
 
 def _analyze_open(
@@ -136,10 +145,11 @@ def _warnings_of(results: Sequence[Any]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Compared:
-    """Speculative runs against the nearest baseline before each (``specnsys compare``)."""
+    """Speculative runs against the nearest baseline before each (``specnsys compare``), or,
+    for generic runs and runs of one mode, an A/B diff of each run from the first."""
 
     analyses: tuple[Analysis, ...]
-    comparisons: tuple[Comparison, ...]
+    comparisons: tuple[Comparison | ABComparison, ...]
 
     @property
     def data_warnings(self) -> tuple[str, ...]:
@@ -158,7 +168,8 @@ def compare(
 ) -> Compared:
     """Compare each speculative trace of *paths* with the nearest baseline before it:
     ``compare(base, spec)``, a k sweep ``compare(base, k2, k4, k6)``, or a sweep whose levels
-    need their own baselines ``compare(b1, s1, b4, s4)``."""
+    need their own baselines ``compare(b1, s1, b4, s4)``. Generic runs, or runs all of one
+    mode, are diffed phase by phase from the first (:mod:`specnsys.metrics.ab_compare`)."""
     from specnsys.metrics import compare_many
 
     if len(paths) < 2:
@@ -166,6 +177,14 @@ def compare(
     mapping = resolve_rules(rules)
     analyses = tuple(_analyze_resolved(p, mapping, None, use_cache) for p in paths)
     return Compared(analyses, tuple(compare_many(list(analyses))))
+
+
+PHASE_RANGES_HINT = (
+    "the trace has no NVTX ranges, so no time can be put on a phase (all of it is "
+    "unannotated); annotate the program's steps with specnsys.annotate (phase(), "
+    "patch_module) or capture it with `specnsys profile --annotate FILE -- python ...`"
+)
+"""What ``phases`` adds when the trace has no NVTX range at all: what is missing and how."""
 
 
 @dataclass(frozen=True)
@@ -202,7 +221,7 @@ def phases(
 
     mapping = resolve_rules(rules)
     with _checked(path, use_cache, mapping) as (trace, notes, context):
-        breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping, context=context)
+        breakdown = exclusive_phase_times(trace, pid=pid, rules=context.rules, context=context)
         caps = trace.summary.capabilities
     if breakdown.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
@@ -212,6 +231,8 @@ def phases(
         for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))
         if not caps[cap].available
     }
+    if not caps["nvtx_ranges"].available:
+        not_available["phase_ranges"] = PHASE_RANGES_HINT
     return Phases(str(path), breakdown, not_available, tuple(notes))
 
 
@@ -237,7 +258,7 @@ def kernels(path: str | Path, *, use_cache: bool = True) -> Table:
     """Time per CUDA kernel (name, grid, block), as ``nsys stats -r gpukernsum``."""
     from specnsys.attribution.kernel_summary import kernel_summary
 
-    with _checked(path, use_cache) as (trace, notes, _context):
+    with _checked(path, use_cache, phased=False) as (trace, notes, _context):
         summary = kernel_summary(trace)
     return Table(str(path), summary, None, tuple(notes))
 
@@ -247,7 +268,7 @@ def ranges(path: str | Path, *, instances: bool = False, use_cache: bool = True)
     or per range instance with *instances*."""
     from specnsys.attribution.projection import nvtx_gpu_projection, nvtx_gpu_projection_summary
 
-    with _checked(path, use_cache) as (trace, notes, _context):
+    with _checked(path, use_cache, phased=False) as (trace, notes, _context):
         projection = nvtx_gpu_projection(trace)
     frame = projection if instances else nvtx_gpu_projection_summary(projection)
     return Table(str(path), frame, "instance" if instances else "name", tuple(notes))
@@ -286,6 +307,9 @@ def whatif(
         raise UsageError("whatif takes at most two traces (a baseline and a speculative run)")
     mapping = resolve_rules(rules)
     analyses = [_analyze_resolved(t, mapping, None, use_cache) for t in paths]
+    generic = [a for a in analyses if a.mode == "generic"]
+    if generic:
+        return _generic_whatif(analyses, generic[0], (alpha, k, c, p))
     by_mode: dict[str, Analysis] = {}
     for a in analyses:
         if a.mode in by_mode:
@@ -325,6 +349,23 @@ def whatif(
     return WhatIf(result, sources, _warnings_of(analyses))
 
 
+def _generic_whatif(
+    analyses: list[Analysis], generic: Analysis, flags: tuple[object, ...]
+) -> WhatIf:
+    """A generic run has no draft model: its what-if is the run's speedup if each phase got
+    shorter (:func:`~specnsys.metrics.whatcut.generic_whatif`)."""
+    from specnsys.metrics.whatcut import generic_whatif
+
+    if len(analyses) > 1 or any(x is not None for x in flags):
+        raise UsageError(
+            f"{generic.path} is a generic run (no forward, draft or verify phase): whatif on it "
+            "takes that trace alone and no --alpha/--k/--c/--p (it answers with phase cuts)"
+        )
+    result = generic_whatif(generic.to_dict())
+    sources = {"cuts": f"measured in {generic.path}"}
+    return WhatIf(result, sources, _warnings_of(analyses))
+
+
 def timeline(
     path: str | Path,
     *,
@@ -341,7 +382,7 @@ def timeline(
     mapping = resolve_rules(rules)
     with _checked(path, use_cache, mapping) as (trace, notes, context):
         lanes = timeline_lanes(
-            trace, step=step, window_ms=window_ms, pid=pid, rules=mapping, context=context
+            trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules, context=context
         )
     return replace(lanes, data_warnings=tuple(notes))
 
@@ -460,6 +501,8 @@ def report(
     """The HTML report of the trace at *path* (compared with *baseline* when given): the
     answer, the figures, what to cut first and the tables."""
     from specnsys.attribution.lanes import timeline_lanes
+    from specnsys.metrics.ab_compare import ab_compare
+    from specnsys.metrics.comparison import is_ab_pairing
     from specnsys.report.build import Run, pair_runs, render_report, run_label
     from specnsys.report.progress import progress
 
@@ -469,7 +512,8 @@ def report(
         with _checked(path, use_cache, mapping) as (trace, notes, context):
             analysis = _analyze_open(trace, mapping, pid, context)
             lanes = timeline_lanes(
-                trace, step=step, window_ms=window_ms, pid=pid, rules=mapping, context=context
+                trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,
+                context=context,
             )
         primary = Run(run_label(path), Path(path), replace(analysis, data_warnings=tuple(notes)))
         runs = [primary]
@@ -477,12 +521,15 @@ def report(
         if baseline is not None:
             runs = [*_runs([baseline], mapping, pid, use_cache, advance), primary]
             notes += runs[0].analysis.data_warnings
-            if {r.analysis.mode for r in runs} != {"baseline", "spec"}:
+            if is_ab_pairing([r.analysis for r in runs]):  # A = BASELINE, B = TRACE
+                comparison = ab_compare(runs[0].analysis, runs[1].analysis).to_dict()
+            elif {r.analysis.mode for r in runs} != {"baseline", "spec"}:
                 modes = ", ".join(f"{r.label}: {r.analysis.mode}" for r in runs)
                 raise BadInputError(
                     f"report TRACE BASELINE needs one speculative and one baseline trace ({modes})"
                 )
-            base_run, spec_run, comparison = pair_runs(runs)[0]
-            runs = [base_run, spec_run]
+            else:
+                base_run, spec_run, comparison = pair_runs(runs)[0]
+                runs = [base_run, spec_run]
         page = render_report(runs, comparison, lanes.to_dict(), advance)
     return Report(page, tuple(notes))

@@ -48,11 +48,13 @@ def pair_runs(runs: Sequence[Run]) -> list[tuple[Run, Run, dict[str, Any]]]:
 
     Two traces given in either order are put as baseline, spec first.
     """
-    from specnsys.metrics import compare_many
+    from specnsys.metrics import Comparison, compare_many
 
     if len(runs) == 2 and runs[0].analysis.mode == "spec" and runs[1].analysis.mode == "baseline":
         runs = [runs[1], runs[0]]
-    comparisons = compare_many([r.analysis for r in runs])
+    comparisons = [
+        c for c in compare_many([r.analysis for r in runs]) if isinstance(c, Comparison)
+    ]
     by_id = {id(r.analysis): r for r in runs}
     return [(by_id[id(c.baseline)], by_id[id(c.spec)], c.to_dict()) for c in comparisons]
 
@@ -80,6 +82,11 @@ def figure_data(kind: str, runs: Sequence[Run]) -> dict[str, Any]:
         return plots.amdahl_data(runs[0].data)
     if kind != "sweep":
         raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.KINDS)})")
+    if "generic" in modes:
+        raise UsageError(
+            "sweep needs a baseline trace and at least one speculative trace (it draws p, r "
+            "and speedups); generic runs have none: use plot phases or compare A B"
+        )
     if not {"baseline", "spec"} <= modes:
         raise UsageError("sweep needs a baseline trace and at least one speculative trace")
     return plots.sweep_data(
@@ -108,7 +115,8 @@ def render_report(
     spec = next((r for r in runs if r.analysis.mode == "spec"), None)
     labelled = [(r.label, d) for r, d in zip(runs, docs, strict=True)]
     figure_data = [plots.phases_data(labelled, cuts)]
-    figure_data.append(plots.amdahl_data(docs[0], comparison, cut=cuts[0]))
+    paired = None if comparison is not None and comparison.get("kind") == "ab" else comparison
+    figure_data.append(plots.amdahl_data(docs[0], paired, cut=cuts[0]))
     if spec is not None:
         figure_data.append(plots.acceptance_data(spec.data))
     figure_data.append(plots.timeline_data(lanes))
