@@ -386,12 +386,11 @@ def _analyze(
     if mem_reason:
         na["device_memory"] = mem_reason
 
+    # without GPU activity, gpu_busy_ns's reason covers these two as well
     gpu_time = _gpu_time(b) if gpu else None
     top, top_reason = top_kernels_by_phase(trace, scope) if gpu else (None, None)
     if top_reason:
         na["top_kernels"] = top_reason
-    elif not gpu:
-        na["top_kernels"] = caps["gpu_activity"].reason
 
     unclosed = int(getattr(b, "unclosed_ranges", 0) or 0)
     if unclosed:

@@ -128,7 +128,13 @@ def _headline(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _phase_table(d: dict[str, Any], width: int = 16) -> list[str]:
+def _short(name: str, limit: int = 40) -> str:
+    """*name* cut to *limit* characters (engines' range texts can be whole argument lists)."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _phase_table(d: dict[str, Any], width: int = 16, limit: int | None = None) -> list[str]:
+    """The phase table; *limit* cuts long phase names (a generic run's range texts)."""
     gpu = d["gpu"]
     head = f"{'phase':<{width}}{'wall ms':>11}{'share':>8}{'ranges':>8}{'ms/range':>10}"
     head += f"{'GPU busy ms':>13}" if gpu else ""
@@ -138,7 +144,7 @@ def _phase_table(d: dict[str, Any], width: int = 16) -> list[str]:
         if r["wall_ns"] == 0 and r["ranges"] == 0:
             continue
         per = r["wall_ns"] / r["ranges"] if r["ranges"] else None
-        label = name + (" *" if r["accelerable"] else "")
+        label = (name if limit is None else _short(name, limit)) + (" *" if r["accelerable"] else "")
         line = (
             f"{label:<{width}}{_ms(r['wall_ns']):>11}{_pct(r['share']):>8}{r['ranges']:>8,}"
             f"{_ms(per):>10}"
@@ -261,7 +267,8 @@ def _generic_headline(d: dict[str, Any]) -> list[str]:
         )
     if named:
         cuts = ", ".join(
-            f"{c.phase} {_pct(c.share)} -> {_x(_finite(c.speedup_if_removed))}" for c in named[:3]
+            f"{_short(c.phase)} {_pct(c.share)} -> {_x(_finite(c.speedup_if_removed))}"
+            for c in named[:3]
         )
         lines.append(f"what to cut first (share of the window -> run speedup without it): {cuts}")
     return lines
@@ -277,9 +284,9 @@ def _top_kernels(d: dict[str, Any], max_phases: int = 4, per_phase: int = 3) -> 
         return []
     lines = ["top kernels per phase (GPU time; share of the phase's summed kernel time):"]
     for phase, row in list(tk["by_phase"].items())[:max_phases]:
-        lines.append(f"  {phase}: {row['kernels']:,} kernels, {_ms(row['kernel_ns'])} ms")
+        lines.append(f"  {_short(phase)}: {row['kernels']:,} kernels, {_ms(row['kernel_ns'])} ms")
         for k in row["top"][:per_phase]:
-            name = k["name"] if len(k["name"]) <= 60 else k["name"][:59] + "…"
+            name = _short(k["name"], 60)
             lines.append(
                 f"    {_ms(k['time_ns']):>10} ms {_pct(k['share']):>6}  x{k['count']:<6,} {name}"
             )
@@ -324,7 +331,7 @@ def _render_generic_text(d: dict[str, Any]) -> str:
         *_generic_headline(d),
         "",
         # no accelerable phase: the table's footnote about them does not apply
-        *_phase_table(d, max([16, *(min(len(p), 40) + 2 for p in d["phases"])]))[:-1],
+        *_phase_table(d, max([16, *(min(len(p), 40) + 2 for p in d["phases"])]), 40)[:-1],
     ]
     for block in (_top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
         if block:
@@ -338,7 +345,7 @@ def _render_generic_text(d: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------- compare
 
 
-def _ab_detail(c: dict[str, Any]) -> list[str]:
+def _ab_detail(c: dict[str, Any], max_rows: int = 30) -> list[str]:
     """An A/B diff: what moved first, then every phase of either run."""
     w = c["window_ns"]
     lines = [
@@ -355,8 +362,8 @@ def _ab_detail(c: dict[str, Any]) -> list[str]:
         )
     if c["moved"]:
         moved = ", ".join(
-            f"{m['phase']} {_signed_ms(m['delta_ns'])} ({_signed_pct(m['delta_pct'])})"
-            for m in c["moved"]
+            f"{_short(m['phase'])} {_signed_ms(m['delta_ns'])} ({_signed_pct(m['delta_pct'])})"
+            for m in c["moved"][:5]
         )
         lines.append(f"moved (|change| >= {c['move_threshold']:.0%} of A's window): {moved}")
     else:
@@ -367,8 +374,10 @@ def _ab_detail(c: dict[str, Any]) -> list[str]:
         f"{'delta':>9}{'GPU delta ms':>14}",
     ]
     rows = sorted(c["phases"].items(), key=lambda kv: (-abs(kv[1]["delta_ns"]), kv[0]))
-    for name, r in rows:
-        label = name if len(name) <= 23 else name[:22] + "…"
+    if len(rows) > max_rows:
+        lines.append(f"({max_rows} largest changes of {len(rows)} phases: --json lists all)")
+    for name, r in rows[:max_rows]:
+        label = _short(name, 23)
         gd = r["gpu_busy_delta_ns"]
         lines.append(
             f"{label:<24}{_ms(r['a_wall_ns']):>11}{_pct(r['a_share']):>9}"
@@ -555,9 +564,9 @@ def _render_cut_text(w: dict[str, Any]) -> str:
         "",
         f"{'phase':<{width}}{'wall ms':>11}{'share':>8}" + "".join(f"{h:>10}" for h in heads),
     ]
-    for r in w["cuts"]:
+    for r in w["cuts"][:30]:
         lines.append(
-            f"{r['phase']:<{width}}{_ms(r['wall_ns']):>11}{_pct(r['share']):>8}"
+            f"{_short(r['phase']):<{width}}{_ms(r['wall_ns']):>11}{_pct(r['share']):>8}"
             + "".join(f"{_x(r[k]):>10}" for k in keys)
         )
     lines += _not_available(w["not_available"])
