@@ -244,7 +244,13 @@ def analyze_trace(
     b = exclusive_phase_times(trace, **kwargs, context=context)  # itself read back when stored
     if stored is not None:
         return _noted(Analysis(**{**stored, "path": path}, breakdown=b), note)
-    result = _analyze(trace, b, mapping, path, pid, context)
+    try:
+        result = _analyze(trace, b, mapping, path, pid, context)
+    except BadInputError as err:
+        if note is None:
+            raise
+        # nothing even under the nvtx rules: say why the specnsys vocabulary was not there
+        raise BadInputError(f"{err}; {trace.summary.capabilities['specnsys_phases'].reason}") from None
     trace.store_derived(
         "analysis", key, {f: getattr(result, f) for f in _STORED_FIELDS if f != "path"}
     )
