@@ -511,10 +511,15 @@ def report(
         advance(f"analyze {Path(path).name}")
         with _checked(path, use_cache, mapping) as (trace, notes, context):
             analysis = _analyze_open(trace, mapping, pid, context)
-            lanes = timeline_lanes(
-                trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,
-                context=context,
-            )
+            try:
+                lanes: dict[str, Any] | str = timeline_lanes(
+                    trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,
+                    context=context,
+                ).to_dict()
+            except BadInputError as err:  # no phase range on any thread: no timeline to draw
+                if step is not None or window_ms is not None:
+                    raise  # the user asked for a step or a window: that is the error
+                lanes = str(err).removeprefix(f"{trace.path}: ")
         primary = Run(run_label(path), Path(path), replace(analysis, data_warnings=tuple(notes)))
         runs = [primary]
         comparison = None
@@ -531,5 +536,5 @@ def report(
             else:
                 base_run, spec_run, comparison = pair_runs(runs)[0]
                 runs = [base_run, spec_run]
-        page = render_report(runs, comparison, lanes.to_dict(), advance)
+        page = render_report(runs, comparison, lanes, advance)
     return Report(page, tuple(notes))

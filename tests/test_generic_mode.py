@@ -198,7 +198,7 @@ def test_same_mode_pairs_are_ab_and_baseline_then_spec_keeps_its_comparison() ->
     assert "kind" not in pair and pair["predicted_speedup"] is not None
 
 
-def test_phases_on_a_trace_without_nvtx_ranges_answers_with_a_hint(tmp_path: Path) -> None:
+def test_a_trace_without_nvtx_ranges_answers_with_a_hint(tmp_path: Path) -> None:
     b = NsysExportBuilder()
     b.process(1, "python3")
     b.thread(1, 1, "main")
@@ -207,11 +207,29 @@ def test_phases_on_a_trace_without_nvtx_ranges_answers_with_a_hint(tmp_path: Pat
         b.runtime(i * 1_000 * US, i * 1_000 * US + 10 * US, "cudaLaunchKernel_v7000", i + 1)
         b.kernel(i * 1_000 * US + 20 * US, i * 1_000 * US + 500 * US, "k", i + 1)
     path = b.write(tmp_path / "bare.sqlite")
-    text, js = run_cli([["phases", str(path)], ["phases", str(path), "--json"]])
+    api_only = NsysExportBuilder()  # CUDA API calls only: no range, no GPU work, no window
+    api_only.process(1, "python3")
+    api_only.thread(1, 1, "main")
+    api_only.runtime(0, 10 * US, "cudaMalloc_v3020", 1)
+    nothing = api_only.write(tmp_path / "api_only.sqlite")
+    text, js, report, analyze, empty = run_cli([
+        ["phases", str(path)], ["phases", str(path), "--json"],
+        ["report", str(path), "-o", str(tmp_path / "bare.html")],
+        ["analyze", str(path), "--json"], ["analyze", str(nothing)],
+    ])  # fmt: skip
     assert text["status"] == 0 and js["status"] == 0, (text["stderr"], js["stderr"])
     assert "hint: the trace has no NVTX ranges" in text["stdout"]
     assert "specnsys profile --annotate" in text["stdout"]
     assert "specnsys.annotate" in json.loads(js["stdout"])["not_available"]["phase_ranges"]
+    # the report draws what there is: no phase range, so no timeline, said in its panel
+    assert report["status"] == 0, report["stderr"]
+    assert "no phase ranges on any thread" in (tmp_path / "bare.html").read_text()
+    doc = json.loads(analyze["stdout"])
+    assert doc["mode"] == "generic" and doc["gpu_time"]["busy_ns"] == 3 * 480 * US
+    assert doc["top_kernels"]["by_phase"]["unannotated"]["top"][0]["count"] == 3
+    # nothing to analyze at all: exit 2, one line saying what to add
+    assert empty["status"] == 2 and empty["stderr"].count("\n") == 1, empty["stderr"]
+    assert "annotate the program" in empty["stderr"] and "-t cuda" in empty["stderr"]
 
 
 def test_explicit_rules_are_kept_and_the_specnsys_vocabulary_stays_the_default(runs) -> None:

@@ -58,6 +58,12 @@ _NOT_SPECULATIVE = (
     "names onto them)"
 )
 
+#: What a trace with neither NVTX ranges nor GPU work needs before anything can be analyzed.
+_MISSING_EVERYTHING = (
+    "annotate the program (specnsys.annotate, or `specnsys profile --annotate FILE`) and "
+    "capture its CUDA work (nsys -t cuda,nvtx)"
+)
+
 #: Version of the metrics' definitions, part of the key of analyses kept in the trace cache:
 #: bump it whenever a change here would give a different result.
 ANALYSIS_VERSION = 2
@@ -249,8 +255,12 @@ def analyze_trace(
     except BadInputError as err:
         if note is None:
             raise
-        # nothing even under the nvtx rules: say why the specnsys vocabulary was not there
-        raise BadInputError(f"{err}; {trace.summary.capabilities['specnsys_phases'].reason}") from None
+        # nothing even under the nvtx rules: say what is missing and how to get it (or why
+        # the specnsys ranges are missing when its domain was created: nsys dropped them)
+        why = trace.summary.capabilities["specnsys_phases"].reason
+        raise BadInputError(
+            f"{err}; {_MISSING_EVERYTHING if why.startswith('no ranges') else why}"
+        ) from None
     trace.store_derived(
         "analysis", key, {f: getattr(result, f) for f in _STORED_FIELDS if f != "path"}
     )

@@ -97,12 +97,13 @@ def figure_data(kind: str, runs: Sequence[Run]) -> dict[str, Any]:
 def render_report(
     runs: Sequence[Run],
     comparison: dict[str, Any] | None,
-    lanes: dict[str, Any],
+    lanes: dict[str, Any] | str,
     advance: Callable[[str], None],
 ) -> str:
     """The self-contained HTML report of *runs* (the baseline first when there are two, with
-    their *comparison*) and the timeline *lanes* of the analyzed trace; *advance* moves the
-    progress display on."""
+    their *comparison*) and the timeline *lanes* of the analyzed trace (or why there are none:
+    a trace without phase ranges has no driver thread to draw); *advance* moves the progress
+    display on."""
     from specnsys import __version__
     from specnsys.metrics.whatcut import what_to_cut
     from specnsys.report import plots
@@ -119,7 +120,13 @@ def render_report(
     figure_data.append(plots.amdahl_data(docs[0], paired, cut=cuts[0]))
     if spec is not None:
         figure_data.append(plots.acceptance_data(spec.data))
-    figure_data.append(plots.timeline_data(lanes))
+    if isinstance(lanes, str):
+        figure_data.append(
+            {"kind": "timeline", "title": "timeline: not available", "rows": [],
+             "not_available": lanes}
+        )  # fmt: skip
+    else:
+        figure_data.append(plots.timeline_data(lanes))
     figures = []
     for data in figure_data:
         fig = plots.draw(data)
@@ -132,6 +139,6 @@ def render_report(
         comparison=comparison,
         whatcut=cuts[0].to_dict(),
         figures=figures,
-        timeline_label=lanes["label"],
+        timeline_label=None if isinstance(lanes, str) else lanes["label"],
         version=__version__,
     )
