@@ -39,7 +39,7 @@ def verify_cost_data(points: Mapping[str, Any]) -> dict[str, Any]:
         f = max(fitted, key=lambda f: f["verify_fit"]["steps"])
         fit = f["verify_fit"]
         title = (
-            f"verification costs {fit['slope'] / 1e3:,.1f} us per extra verified position "
+            f"verification costs {fit['slope']:,.0f} ns per extra verified position "
             f"(fitted on {fit['steps']} steps, R^2 {fit['r2'] or 0:.2f})"
         )
     else:
