@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         report,
         schema,
         sql,
+        sweep,
         whatif,
     )
 
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.register(sub)
     collect.register(sub)
     check.register(sub)
+    sweep.register(sub)
     schema.register(sub)
     return parser
 

@@ -16,24 +16,30 @@ from specnsys.cli.common import (
 )
 from specnsys.errors import UsageError
 
-KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline")
+KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline", "verify-cost")
+#: The kinds that also draw a dataset written by ``specnsys collect`` (given as the one input).
+DATASET_KINDS = ("sweep", "verify-cost")
 FORMATS = ("png", "svg")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plot",
-        help="draw a figure (phases, amdahl, acceptance, sweep, timeline) as PNG or SVG",
+        help="draw a figure (phases, amdahl, acceptance, sweep, timeline, verify-cost) as PNG "
+        "or SVG",
         description=(
             "phases: one bar per trace; amdahl: speedup vs r for the baseline's p (with the "
             "operating point when a baseline and a speculative trace are given; for a generic "
             "run one curve per largest phase, p = its share); acceptance: "
             "the first speculative trace; sweep: each speculative trace against the nearest "
-            "baseline before it; timeline: one decode step of one trace."
+            "baseline before it, or, given a dataset (specnsys collect), the measured speedup over k x "
+            "concurrency; timeline: one decode step of one trace; verify-cost (a dataset): "
+            "verify step time against (k + 1) x batch with the fitted line."
         ),
     )
     p.add_argument("kind", choices=KINDS, help="which figure")
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="nsys .sqlite exports")
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="nsys .sqlite exports (sweep, verify-cost: or one collect dataset)")  # fmt: skip
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output file; .png or .svg picks the format")  # fmt: skip
     p.add_argument("--data", metavar="FILE.json",
@@ -59,9 +65,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--step and --window only apply to the timeline")
     if args.step is not None and args.window is not None:
         raise UsageError("give --step or --window, not both")
-    fig = api.figure(args.kind, *args.traces, rules=args.rules, pid=args.pid, step=args.step,
-                     window_ms=args.window, tokens=args.tokens, same_output=args.same_output,
-                     use_cache=not args.no_cache)  # fmt: skip
+    fig = _dataset_figure(args)
+    if fig is None:
+        fig = api.figure(args.kind, *args.traces, rules=args.rules, pid=args.pid, step=args.step,
+                         window_ms=args.window, tokens=args.tokens, same_output=args.same_output,
+                         use_cache=not args.no_cache)  # fmt: skip
     # Everything is rendered before anything is written, and written all or none.
     contents = {out: fig.image(out)}
     if data_out is not None:
@@ -70,3 +78,34 @@ def run(args: argparse.Namespace) -> int:
     print(f"{out}: {fig.title}")
     api.warn(fig)
     return 0
+
+
+def _dataset_figure(args: argparse.Namespace) -> api.Figure | None:
+    """The figure of a collected dataset (``sweep``, ``verify-cost``), or None when the input
+    is traces (``sweep`` then draws them as before)."""
+    from pathlib import Path
+
+    from specnsys.report import plots
+    from specnsys.runset.dataset import is_dataset
+
+    dataset = len(args.traces) == 1 and is_dataset(Path(args.traces[0]))
+    if args.kind not in DATASET_KINDS:
+        if any(is_dataset(Path(t)) for t in args.traces):
+            raise UsageError(f"{args.kind} draws traces; a dataset draws sweep or verify-cost")
+        return None
+    if not dataset:
+        if args.kind == "verify-cost":
+            raise UsageError("verify-cost draws one dataset written by specnsys collect")
+        return None
+    given = [n for n, v in (("--tokens", args.tokens), ("--same-output", args.same_output),
+                            ("--pid", args.pid), ("--rules", args.rules)) if v]  # fmt: skip
+    if given:
+        raise UsageError(f"{', '.join(given)}: the dataset was analysed at collect time")
+    from specnsys.runset.sweep import sweep, verify_cost_points
+
+    if args.kind == "sweep":
+        data = plots.sweep_grid_data(sweep(args.traces[0]).to_dict())
+    else:
+        data = plots.verify_cost_data(verify_cost_points(args.traces[0]))
+    plots.require_drawable(data)
+    return api.Figure(str(data["kind"]), data)

@@ -20,6 +20,10 @@ acceptance per-position acceptance and accepted-per-step histogram spec analysis
 sweep      predicted vs measured speedup across runs (k, c, ...)  comparisons
 timeline   one decode step as CPU / API / GPU lanes               timeline lanes
 ========== ===================================================== ===========================
+
+Two more draw a collected dataset (not part of a report): ``sweep-grid``, measured speedup over
+k x concurrency, and ``verify-cost``, verify step time against (k + 1) x batch with the fitted
+line.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from specnsys.report.plots.amdahl import amdahl_data, amdahl_figure
 from specnsys.report.plots.common import FORMATS, figure_bytes, save_figure, svg_text
 from specnsys.report.plots.phases import phases_data, phases_figure
 from specnsys.report.plots.sweep import sweep_data, sweep_figure
+from specnsys.report.plots.sweep_grid import sweep_grid_data, sweep_grid_figure
 from specnsys.report.plots.timeline import timeline_data, timeline_figure
+from specnsys.report.plots.verify_cost import verify_cost_data, verify_cost_figure
 
 __all__ = [
     "DRAW",
@@ -54,8 +60,12 @@ __all__ = [
     "svg_text",
     "sweep_data",
     "sweep_figure",
+    "sweep_grid_data",
+    "sweep_grid_figure",
     "timeline_data",
     "timeline_figure",
+    "verify_cost_data",
+    "verify_cost_figure",
 ]
 
 KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline")
@@ -67,6 +77,9 @@ DRAW: dict[str, Callable[[Mapping[str, Any]], Figure]] = {
     "acceptance": acceptance_figure,
     "sweep": sweep_figure,
     "timeline": timeline_figure,
+    # figures of a collected dataset (``plot sweep DATASET``, ``plot verify-cost DATASET``)
+    "sweep-grid": sweep_grid_figure,
+    "verify-cost": verify_cost_figure,
 }
 
 
