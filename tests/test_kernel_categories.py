@@ -181,3 +181,20 @@ def test_categorize_ops_matches_each_distinct_name_once(tmp_path: Path) -> None:
         out = categorize_ops(t.connection, doubled)
     assert out.height == doubled.height
     assert out.group_by("name").agg(pl.col("category").n_unique())["category"].max() == 1
+
+
+def test_analyze_says_what_kind_of_work_each_phase_ran(tmp_path: Path) -> None:
+    """analyze's top_kernels: per phase, kernel time by category over the phase's summed
+    kernel time (kernels only: the memcpy is not in it)."""
+    doc = api.analyze(_trace(tmp_path)).to_dict()
+    by_phase = doc["top_kernels"]["by_phase"]
+    assert [(c["category"], c["time_ns"]) for c in by_phase["verify"]["categories"]] == [
+        ("gemm", 400), ("attention", 300), ("norm_elementwise", 100)]
+    sample = by_phase["sample"]
+    assert [(c["category"], c["time_ns"]) for c in sample["categories"]] == [
+        ("topk_topp", 250), ("norm_elementwise", 100), ("sampling", 50), ("other", 30)]
+    assert sum(c["share"] for c in sample["categories"]) == pytest.approx(1.0)
+    assert sample["kernel_ns"] == 430
+    done = run_cli("analyze", str(_trace(tmp_path)))
+    assert "  verify: 3 kernels, 0.001 ms (gemm 50.0%, attention 37.5%, norm_elementwise 12.5%)" in (
+        done.stdout)

@@ -69,8 +69,8 @@ _MISSING_EVERYTHING = (
 #: Version of the metrics' definitions, part of the key of analyses kept in the trace cache:
 #: bump it whenever a change here would give a different result.
 # 2: tokens derived from acceptance marks / forward steps, tokens_source;
-# 3: the generic mode, gpu_time and top_kernels
-ANALYSIS_VERSION = 3
+# 3: the generic mode, gpu_time and top_kernels; 4: kernel categories per phase
+ANALYSIS_VERSION = 4
 
 
 @dataclass(frozen=True)

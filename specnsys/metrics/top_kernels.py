@@ -10,7 +10,11 @@ window, so no kernel time outside it is counted.
 
 The denominator of each ``share`` is the phase's summed kernel time (``kernel_ns``): the sum of
 its kernels' durations, which exceeds the phase's GPU busy time when kernels overlap on
-several streams. Only kernels count (not memcpy/memset).
+several streams. Only kernels count (not memcpy/memset). Each phase also says what kind of
+work its kernel time is (``categories``: GEMM, attention, sampling, ... of
+:mod:`specnsys.attribution.categories`, with the rules' own ``[[category]]`` entries first),
+over the same denominator, so a phase name that says nothing still shows verify-like or
+sample-like work.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from specnsys.attribution.categories import categorize_ops
 from specnsys.attribution.context import attribution_context
 from specnsys.attribution.launch import gpu_ops_with_phase
 
@@ -52,14 +57,21 @@ def top_kernels_by_phase(
     clipped = (
         pl.min_horizontal("end", pl.lit(we)) - pl.max_horizontal("start", pl.lit(ws))
     ).alias("ns")
-    per_name = (
+    kernels = (
         ops.lazy()
         .filter((pl.col("op_kind") == "kernel") & (pl.col("end") > pl.col("start")))
         .with_columns(clipped, pl.col("name").fill_null("(unnamed kernel)"))
         .filter(pl.col("ns") > 0)
-        .group_by("phase", "name")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("ns").sum().cast(pl.Int64))
         .collect()
+    )
+    per_name = kernels.group_by("phase", "name").agg(
+        pl.len().cast(pl.Int64).alias("count"), pl.col("ns").sum().cast(pl.Int64)
+    )
+    per_category = (
+        categorize_ops(trace.connection, kernels, scope.rules.categories)
+        .group_by("phase", "category")
+        .agg(pl.col("ns").sum().cast(pl.Int64))
+        .sort(["phase", "ns", "category"], descending=[False, True, False])
     )
     if per_name.height == 0:
         return None, "no kernels ran in the analysis window"
@@ -77,9 +89,14 @@ def top_kernels_by_phase(
         named=True
     ):
         top = ranked.filter(pl.col("phase") == row["phase"])
+        kinds = per_category.filter(pl.col("phase") == row["phase"])
         by_phase[row["phase"]] = {
             "kernel_ns": int(row["kernel_ns"]),
             "kernels": int(row["kernels"]),
+            "categories": [
+                {"category": c, "time_ns": int(ns), "share": ns / row["kernel_ns"]}
+                for c, ns in zip(kinds["category"], kinds["ns"], strict=True)
+            ],
             "top": [
                 {
                     "name": r["name"],

@@ -286,7 +286,13 @@ def _top_kernels(d: dict[str, Any], max_phases: int = 4, per_phase: int = 3) -> 
         return []
     lines = ["top kernels per phase (GPU time; share of the phase's summed kernel time):"]
     for phase, row in list(tk["by_phase"].items())[:max_phases]:
-        lines.append(f"  {_short(phase)}: {row['kernels']:,} kernels, {_ms(row['kernel_ns'])} ms")
+        kinds = ", ".join(
+            f"{c['category']} {_pct(c['share'])}" for c in row.get("categories", [])[:3]
+        )
+        lines.append(
+            f"  {_short(phase)}: {row['kernels']:,} kernels, {_ms(row['kernel_ns'])} ms"
+            + (f" ({kinds})" if kinds else "")
+        )
         for k in row["top"][:per_phase]:
             name = _short(k["name"], 60)
             lines.append(
@@ -320,7 +326,7 @@ def render_analysis_text(d: dict[str, Any]) -> str:
         "",
         *_phase_table(d),
     ]
-    for block in (_acceptance(d), _latency(d), _bandwidth(d), _memory(d)):
+    for block in (_acceptance(d), _top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
         if block:
             lines += ["", *block]
     lines += _not_available(d["not_available"])
