@@ -30,6 +30,7 @@ from specnsys.metrics.acceptance import acceptance_stats
 from specnsys.metrics.bandwidth import memory_bandwidth
 from specnsys.metrics.events import Scope, resolve
 from specnsys.metrics.memory import device_memory
+from specnsys.metrics.ranks import ranks_of_analysis
 from specnsys.metrics.requests import distribution, request_latencies
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
 from specnsys.vocabulary import (
@@ -48,7 +49,8 @@ __all__ = ["ACCELERABLE", "Analysis", "analyze_trace", "detect_mode"]
 
 #: Version of the metrics' definitions, part of the key of analyses kept in the trace cache:
 #: bump it whenever a change here would give a different result.
-ANALYSIS_VERSION = 2  # 2: tokens derived from acceptance marks / forward steps, tokens_source
+ANALYSIS_VERSION = 3  # 2: tokens derived from acceptance marks / forward steps, tokens_source
+# 3: ranks (every process of a multi-process run, specnsys.metrics.ranks)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,10 @@ class Analysis:
     gpu: bool
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    ranks: dict[str, Any] | None = None
+    """Every process that launched GPU work or has phase ranges, when there are several and
+    no ``pid`` was given (:func:`specnsys.metrics.ranks.ranks_dict`); else None, and
+    ``not_available["ranks"]`` says why."""
     breakdown: PhaseBreakdown | None = field(default=None, compare=False, repr=False)
     data_warnings: tuple[str, ...] = field(default=(), compare=False)
     """What the export's data-quality checks found (``PATH: note``), filled in by
@@ -149,6 +155,7 @@ class Analysis:
             "gpu": self.gpu,
             "not_available": dict(self.not_available),
             "warnings": list(self.warnings),
+            "ranks": self.ranks,
         }
 
     def with_tokens(self, tokens: int) -> Analysis:
@@ -379,6 +386,9 @@ def _analyze(
     if unclosed:
         warnings.append(f"{unclosed} phase ranges never closed; counted up to the window end")
     warnings.extend(getattr(b, "graph_notes", ()))  # graph work left on its launch's phase
+    ranks, ranks_reason = ranks_of_analysis(trace, mapping, b, pid, gpu, context)
+    if ranks_reason:
+        na["ranks"] = ranks_reason
 
     return Analysis(
         path=path,
@@ -408,6 +418,7 @@ def _analyze(
         gpu=gpu,
         not_available=na,
         warnings=warnings,
+        ranks=ranks,
         breakdown=b,
     )
 
