@@ -245,6 +245,18 @@ def _rank_label(r: dict[str, Any]) -> str:
     return f"r{r['rank']} pid {r['pid']}"
 
 
+def _lag(ns: float | None) -> str:
+    """A lag in the unit that shows it: ms, us or ns (steps of a lockstep run differ by
+    microseconds, which ms with three digits would print as 0.000)."""
+    if ns is None:
+        return "n/a"
+    if abs(ns) >= MS:
+        return f"{ns / MS:.3f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:g} ns"
+
+
 def straggler_line(s: dict[str, Any] | None) -> str:
     """One sentence on the straggler of a ``ranks`` document."""
     if s is None:
@@ -253,11 +265,11 @@ def straggler_line(s: dict[str, Any] | None) -> str:
     if s["basis"] == "steps":
         return (
             f"straggler: {who}: its {s['step_phase']} steps end a median "
-            f"{_ms(s['median_lag_ns'])} ms (max {_ms(s['max_lag_ns'])} ms) after the earliest "
+            f"{_lag(s['median_lag_ns'])} (max {_lag(s['max_lag_ns'])}) after the earliest "
             f"rank's, over {s['matched_steps']:,} steps matched by index"
         )
     return (
-        f"straggler: {who}: its window ends {_ms(s['window_end_lag_ns'])} ms after the earliest "
+        f"straggler: {who}: its window ends {_lag(s['window_end_lag_ns'])} after the earliest "
         "rank's (some rank has no step ranges to match)"
     )
 
