@@ -288,10 +288,10 @@ def _ranks(d: dict[str, Any]) -> list[str]:
     width = max(16, *(min(len(n), 30) + 2 for n in names[:RANK_PHASE_ROWS]))
     col = max(14, *(len(_rank_label(r)) + 2 for r in ranks))
     lines = [
-        f"{doc['processes']} processes ran GPU work or phase ranges (ranks {doc['order']}); "
-        f"together {_ms(doc['window_ns'])} ms ({doc['window_of']})",
-        "wall ms per phase of each process's own window (shares sum to it); NCCL ms: "
-        "kernel time launched in the window (concurrent kernels each count)",
+        f"{doc['processes']} processes ran GPU work or phase ranges; the figures above are "
+        f"process {d['pid']}'s. Each process over its own window (wall ms; its phases sum to "
+        "it), ranks by device then pid (the trace holds no NCCL rank); NCCL ms: NCCL kernel "
+        "time (concurrent kernels each count):",
         f"{'':<{width}}" + "".join(f"{_rank_label(r):>{col}}" for r in ranks),
         f"{'process':<{width}}" + "".join(f"{(r['process'] or '-')[: col - 2]:>{col}}" for r in ranks),
         f"{'device':<{width}}"
@@ -310,6 +310,10 @@ def _ranks(d: dict[str, Any]) -> list[str]:
     lines.append(f"{'NCCL ms':<{width}}" + "".join(f"{_ms(r['nccl_ns']):>{col}}" for r in ranks))
     lines.append(
         f"{'steps':<{width}}" + "".join(f"{r['steps']:>{col},}" for r in ranks)
+    )
+    lines.append(
+        f"all processes: {_ms(doc['window_ns'])} ms, from the earliest window start to the "
+        "latest window end"
     )
     lines.append(straggler_line(doc["straggler"]))
     lines += [f"note: {n}" for n in doc["notes"]]
