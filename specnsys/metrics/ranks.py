@@ -44,8 +44,6 @@ from specnsys.attribution.category_time import phase_categories
 from specnsys.attribution.context import attribution_context
 from specnsys.attribution.phase_map import phase_ranges_sql
 from specnsys.attribution.timeline import exclusive_phase_times, step_phase
-from specnsys.metrics.events import Scope
-from specnsys.metrics.steps import step_table
 
 if TYPE_CHECKING:
     from specnsys.attribution.context import AttributionContext
@@ -140,14 +138,29 @@ def rank_breakdowns(
             nccl = _nccl(trace, rules, pid, window, shared) if pid in devices else _NO_NCCL
             walls = dict(zip(b.frame["phase"], b.frame["wall_ns"], strict=True))
             phase = step_phase(b.range_counts, walls)
-            steps = step_table(trace, Scope.of(b, rules, shared), phase)
-            ends = (steps["start_ns"] + steps["duration_ns"]).to_list()
+            ends = _step_ends(trace, rules, b, phase)
             name = names.get(pid)
             ranks.append(
                 Rank(rank, pid, None if name is None else str(name), devices.get(pid), b, nccl,
                      phase, [int(e) for e in ends])
             )  # fmt: skip
     return ranks
+
+
+def _step_ends(trace: Trace, rules: PhaseRules, b: PhaseBreakdown, phase: str) -> list[int]:
+    """The end of each *phase* range on *b*'s driver thread starting in its window, in step
+    order, clipped to the window: the steps of :func:`specnsys.metrics.steps.step_table`
+    (the same ranges, order and clipping), without the marks and parts it also reads."""
+    if b.driver_global_tid is None:
+        return []
+    rows = trace.connection.execute(
+        f"""SELECT least(coalesce(e, $we), $we) FROM ({phase_ranges_sql(rules)})
+            WHERE gtid = $gtid AND s >= $ws AND s < $we AND phase = $phase
+            ORDER BY s, coalesce(e, $we)""",
+        {"gtid": b.driver_global_tid, "ws": b.window_start_ns, "we": b.window_end_ns,
+         "phase": phase},
+    ).fetchall()  # fmt: skip
+    return [int(r[0]) for r in rows]
 
 
 _NO_NCCL = pl.DataFrame(schema={"phase": pl.String, "ops": pl.Int64, "gpu_ns": pl.Int64})
