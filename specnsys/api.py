@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from specnsys.attribution.lanes import TimelineLanes
     from specnsys.ingest import Trace
     from specnsys.metrics import Analysis, Comparison
+    from specnsys.metrics.ab_compare import ABComparison
     from specnsys.metrics.ranks import Rank
     from specnsys.report.build import Run
 
@@ -87,29 +88,37 @@ def warn(result: Any) -> None:
 
 @contextlib.contextmanager
 def _checked(
-    path: str | Path, use_cache: bool, rules: PhaseRules | None = None
+    path: str | Path, use_cache: bool, rules: PhaseRules | None = None, *, phased: bool = True
 ) -> Iterator[tuple[Trace, list[str], AttributionContext]]:
     """Open *path* and run the data-quality checks beside the caller's block; the list it
     yields holds the notes (``PATH: note``) once the block has ended without an error. The
-    attribution context of *rules* (None: the specnsys convention) it yields is the one every
-    analysis in the block shares: the phase index and the launch attribution built once."""
+    attribution context it yields is the one every analysis in the block shares (the phase
+    index and the launch attribution built once), made for the rules in force: *rules*, or
+    without them the default :func:`~specnsys.metrics.analysis.rules_in_force` picks for the
+    trace (specnsys's vocabulary, else ``nvtx``, with a note that says so); its ``rules`` are
+    what the block must analyze with. A command that reads no phases (*phased* False) gets
+    no note."""
     from specnsys.attribution.context import AttributionContext
     from specnsys.attribution.launch import rules_for
     from specnsys.attribution.rule_match import unmatched_rules_note
     from specnsys.ingest import open_trace
     from specnsys.ingest.quality import data_warnings_beside
+    from specnsys.metrics.analysis import rules_in_force
     from specnsys.vocabulary import DOMAIN, PHASES
 
     notes: list[str] = []
-    with (
-        open_trace(path, use_cache=use_cache) as trace,
-        data_warnings_beside(trace) as found,
-        AttributionContext(trace, rules_for(PHASES, DOMAIN, rules)) as context,
-    ):
-        # explicit rules (a pack, a file) that map nothing say so: every phase would be empty
-        unmatched = None if rules is None else unmatched_rules_note(trace, rules, str(path))
-        yield trace, notes, context
-    notes.extend(f"{path}: {note}" for note in found())
+    with open_trace(path, use_cache=use_cache) as trace:
+        chosen, note = rules_in_force(trace, rules)
+        with (
+            data_warnings_beside(trace) as found,
+            AttributionContext(trace, rules_for(PHASES, DOMAIN, chosen)) as context,
+        ):
+            # explicit rules (a pack, a file) that map nothing say so: every phase would be empty
+            unmatched = None if rules is None else unmatched_rules_note(trace, rules, str(path))
+            yield trace, notes, context
+    if note is not None and phased:
+        notes.append(f"{path}: {note}")
+    notes.extend(f"{path}: {text}" for text in found())
     if unmatched is not None:
         notes.append(unmatched)
 
@@ -187,7 +196,7 @@ def analyze_steps(
     mapping = resolve_rules(rules)
     with _checked(path, use_cache, mapping) as (trace, notes, context):
         analysis = _analyze_open(trace, mapping, pid, context)
-        steps = analysis_steps(trace, analysis, mapping, context)
+        steps = analysis_steps(trace, analysis, context.rules, context)
     return replace(analysis, data_warnings=tuple(notes)), steps
 
 
@@ -197,10 +206,11 @@ def _warnings_of(results: Sequence[Any]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Compared:
-    """Speculative runs against the nearest baseline before each (``specnsys compare``)."""
+    """Speculative runs against the nearest baseline before each (``specnsys compare``), or,
+    for generic runs and runs of one mode, an A/B diff of each run from the first."""
 
     analyses: tuple[Analysis, ...]
-    comparisons: tuple[Comparison, ...]
+    comparisons: tuple[Comparison | ABComparison, ...]
 
     @property
     def data_warnings(self) -> tuple[str, ...]:
@@ -221,8 +231,10 @@ def compare(
 ) -> Compared:
     """Compare each speculative trace of *paths* with the nearest baseline before it:
     ``compare(base, spec)``, a k sweep ``compare(base, k2, k4, k6)``, or a sweep whose levels
-    need their own baselines ``compare(b1, s1, b4, s4)``. *tokens*: one output-token count per
-    trace, in order; *same_output*: the runs produced the same output."""
+    need their own baselines ``compare(b1, s1, b4, s4)``. Generic runs, or runs all of one
+    mode, are diffed phase by phase from the first (:mod:`specnsys.metrics.ab_compare`).
+    *tokens*: one output-token count per trace, in order; *same_output*: the runs produced
+    the same output."""
     from specnsys.metrics import compare_many
 
     if len(paths) < 2:
@@ -235,10 +247,20 @@ def compare(
     return Compared(analyses, tuple(_same_output(compare_many(list(analyses)), same_output)))
 
 
-def _same_output(comparisons: list[Comparison], same_output: bool) -> list[Comparison]:
+def _same_output(
+    comparisons: list[Comparison | ABComparison], same_output: bool
+) -> list[Comparison | ABComparison]:
     from specnsys.metrics.comparison import with_same_output
 
     return with_same_output(comparisons) if same_output else comparisons
+
+
+PHASE_RANGES_HINT = (
+    "the trace has no NVTX ranges, so no time can be put on a phase (all of it is "
+    "unannotated); annotate the program's steps with specnsys.annotate (phase(), "
+    "patch_module) or capture it with `specnsys profile --annotate FILE -- python ...`"
+)
+"""What ``phases`` adds when the trace has no NVTX range at all: what is missing and how."""
 
 
 @dataclass(frozen=True)
@@ -321,7 +343,7 @@ def phases(
     categories = None
     ranks: tuple[Rank, ...] | None = None
     with _checked(path, use_cache, mapping) as (trace, notes, context):
-        breakdown = exclusive_phase_times(trace, pid=pid, rules=mapping, context=context)
+        breakdown = exclusive_phase_times(trace, pid=pid, rules=context.rules, context=context)
         caps = trace.summary.capabilities
         window = (breakdown.window_start_ns, breakdown.window_end_ns)
         if by == "category" and breakdown.window_ns > 0:
@@ -336,6 +358,8 @@ def phases(
         for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))
         if not caps[cap].available
     }
+    if not caps["nvtx_ranges"].available:
+        not_available["phase_ranges"] = PHASE_RANGES_HINT
     return Phases(str(path), breakdown, not_available, tuple(notes), categories, ranks)
 
 
@@ -385,7 +409,7 @@ def kernels(path: str | Path, *, by: str | None = None, use_cache: bool = True) 
 
     if by is not None and by not in KERNEL_NAMES:
         raise UsageError(f"kernels --by takes {' or '.join(KERNEL_NAMES)}, not {by!r}")
-    with _checked(path, use_cache) as (trace, notes, _context):
+    with _checked(path, use_cache, phased=False) as (trace, notes, _context):
         summary = kernel_summary(trace, by)
     grouping = None if by is None else {"by": by}
     return Table(str(path), summary, None, tuple(notes), grouping)
@@ -413,7 +437,7 @@ def ranges(
         raise UsageError(
             "ranges --group-by groups the per-name table; --instances has one row per range"
         )
-    with _checked(path, use_cache) as (trace, notes, _context):
+    with _checked(path, use_cache, phased=False) as (trace, notes, _context):
         projection = nvtx_gpu_projection(trace)
     frame = projection if instances else nvtx_gpu_projection_summary(projection, group_by or "text")
     grouping = None if group_by is None else {"group_by": group_by}
@@ -454,6 +478,9 @@ def whatif(
         raise UsageError("whatif takes at most two traces (a baseline and a speculative run)")
     mapping = resolve_rules(rules)
     analyses = [_analyze_resolved(t, mapping, None, use_cache) for t in paths]
+    generic = [a for a in analyses if a.mode == "generic"]
+    if generic:
+        return _generic_whatif(analyses, generic[0], (alpha, k, c, p))
     by_mode: dict[str, Analysis] = {}
     for a in analyses:
         if a.mode in by_mode:
@@ -493,6 +520,23 @@ def whatif(
     return WhatIf(result, sources, _warnings_of(analyses))
 
 
+def _generic_whatif(
+    analyses: list[Analysis], generic: Analysis, flags: tuple[object, ...]
+) -> WhatIf:
+    """A generic run has no draft model: its what-if is the run's speedup if each phase got
+    shorter (:func:`~specnsys.metrics.whatcut.generic_whatif`)."""
+    from specnsys.metrics.whatcut import generic_whatif
+
+    if len(analyses) > 1 or any(x is not None for x in flags):
+        raise UsageError(
+            f"{generic.path} is a generic run (no forward, draft or verify phase): whatif on it "
+            "takes that trace alone and no --alpha/--k/--c/--p (it answers with phase cuts)"
+        )
+    result = generic_whatif(generic.to_dict())
+    sources = {"cuts": f"measured in {generic.path}"}
+    return WhatIf(result, sources, _warnings_of(analyses))
+
+
 def timeline(
     path: str | Path,
     *,
@@ -509,7 +553,7 @@ def timeline(
     mapping = resolve_rules(rules)
     with _checked(path, use_cache, mapping) as (trace, notes, context):
         lanes = timeline_lanes(
-            trace, step=step, window_ms=window_ms, pid=pid, rules=mapping, context=context
+            trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules, context=context
         )
     return replace(lanes, data_warnings=tuple(notes))
 
@@ -650,6 +694,8 @@ def report(
     per trace, *path*'s first then *baseline*'s; *same_output*: the two runs produced the same
     output."""
     from specnsys.attribution.lanes import timeline_lanes
+    from specnsys.metrics.ab_compare import ab_compare
+    from specnsys.metrics.comparison import is_ab_pairing
     from specnsys.report.build import Run, pair_runs, render_report, run_label
     from specnsys.report.progress import progress
 
@@ -661,21 +707,30 @@ def report(
         advance(f"analyze {Path(path).name}")
         with _checked(path, use_cache, mapping) as (trace, notes, context):
             analysis = _given(_analyze_open(trace, mapping, pid, context), given[0])
-            lanes = timeline_lanes(
-                trace, step=step, window_ms=window_ms, pid=pid, rules=mapping, context=context
-            )
+            try:
+                lanes: dict[str, Any] | str = timeline_lanes(
+                    trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,
+                    context=context,
+                ).to_dict()
+            except BadInputError as err:  # no phase range on any thread: no timeline to draw
+                if step is not None or window_ms is not None:
+                    raise  # the user asked for a step or a window: that is the error
+                lanes = str(err).removeprefix(f"{trace.path}: ")
         primary = Run(run_label(path), Path(path), replace(analysis, data_warnings=tuple(notes)))
         runs = [primary]
         comparison = None
         if baseline is not None:
             runs = [*_runs([baseline], mapping, pid, use_cache, advance, given[1:]), primary]
             notes += runs[0].analysis.data_warnings
-            if {r.analysis.mode for r in runs} != {"baseline", "spec"}:
+            if is_ab_pairing([r.analysis for r in runs]):  # A = BASELINE, B = TRACE
+                comparison = ab_compare(runs[0].analysis, runs[1].analysis).to_dict()
+            elif {r.analysis.mode for r in runs} != {"baseline", "spec"}:
                 modes = ", ".join(f"{r.label}: {r.analysis.mode}" for r in runs)
                 raise BadInputError(
                     f"report TRACE BASELINE needs one speculative and one baseline trace ({modes})"
                 )
-            base_run, spec_run, comparison = pair_runs(runs, same_output=same_output)[0]
-            runs = [base_run, spec_run]
-        page = render_report(runs, comparison, lanes.to_dict(), advance)
+            else:
+                base_run, spec_run, comparison = pair_runs(runs, same_output=same_output)[0]
+                runs = [base_run, spec_run]
+        page = render_report(runs, comparison, lanes, advance)
     return Report(page, tuple(notes))

@@ -160,9 +160,9 @@ def test_compare_names_the_phase_that_moved_on_the_rag_captures(capsys) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["compare", str(SPEC), str(SPEC)], "baseline"),
         (["compare", str(BASE)], "at least one speculative"),
-        (["compare", str(BASE), str(BASE)], "no speculative trace after it"),
+        (["compare", str(BASE), str(BASE), str(SPEC)], "no speculative trace after it"),
+        (["compare", str(SPEC), str(BASE)], "baseline trace (forward phases) before"),
         (["whatif", "--c", "0.1"], "alpha"),
         (["whatif", "--alpha", "1.5", "--c", "0.1"], "alpha"),
         (["whatif", str(SPEC), str(SPEC)], "one trace per mode"),
@@ -175,9 +175,11 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args: list[str], needle: str) 
     assert out == "" and len(err.strip().splitlines()) == 1 and needle in err
 
 
-def test_analyze_trace_without_phases_is_exit_2_and_leaves_the_file_alone(
+def test_analyze_trace_without_specnsys_phases_answers_as_a_generic_run_and_leaves_the_file_alone(
     tmp_path: Path,
 ) -> None:
+    """Was exit 2 ("no ranges in the specnsys NVTX domain"); issue 19 item 2: the command
+    applies the nvtx rules itself, says so in one warning line, and answers in generic mode."""
     b = NsysExportBuilder()
     b.process(1, "python3")
     b.thread(1, 1, "main")
@@ -190,9 +192,20 @@ def test_analyze_trace_without_phases_is_exit_2_and_leaves_the_file_alone(
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2, done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "generic run" in done.stdout and "some_range" in done.stdout
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and "--rules nvtx applied" in err[0] and "Traceback" not in done.stderr
     assert sha256(path) == before
+
+
+@pytest.mark.parametrize("trace", [BASE, SPEC], ids=["baseline", "spec"])
+def test_compare_of_two_runs_of_one_mode_is_an_ab_diff(capsys, trace: Path) -> None:
+    """Was exit 2 (compare needed a baseline then a speculative run); issue 19: ``compare A A``
+    answers for every trace, with an A/B diff in which nothing moved."""
+    code, out, err = cli(capsys, "compare", str(trace), str(trace))
+    assert code == 0, err
+    assert "phase by phase" in out and "no phase moved" in out
 
 
 def test_whatif_flags_reproduce_a_published_cell(capsys) -> None:

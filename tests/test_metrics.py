@@ -344,10 +344,12 @@ def test_compare_holds_when_only_accelerable_time_changes(tmp_path: Path) -> Non
 
 
 def test_compare_refuses_two_speculative_runs(spec) -> None:
+    """compare_runs still needs a baseline and a speculative run; compare_many now diffs two
+    speculative runs A/B (issue 19 item 2: ``compare A A`` answers) instead of refusing."""
     with pytest.raises(BadInputError, match="baseline"):
         compare_runs(spec, spec)
-    with pytest.raises(BadInputError, match="baseline"):
-        compare_many([spec, spec])
+    (ab,) = compare_many([spec, spec])
+    assert ab.to_dict()["kind"] == "ab" and ab.to_dict()["moved"] == []
 
 
 def test_compare_many_pairs_each_spec_with_the_baseline_before_it(baseline, spec) -> None:
@@ -463,12 +465,16 @@ def test_gpu_without_bytes_or_metrics_says_why(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- bad input
 
 
-def test_trace_without_forward_or_draft_is_bad_input(tmp_path: Path) -> None:
+def test_trace_without_forward_or_draft_is_a_generic_run(tmp_path: Path) -> None:
+    """Was BadInputError ("cannot tell a baseline run from a speculative one"); issue 19 item 2:
+    it is analyzed in the generic mode, the speculative numbers not available with the reason."""
     lp = Loop()
     lp.request(0, 100, 0)
     lp.pp(0, 50, "prefill")
-    with lp.open(tmp_path, "nophase.sqlite") as t, pytest.raises(BadInputError, match="--rules"):
-        analyze_trace(t)
+    with lp.open(tmp_path, "nophase.sqlite") as t:
+        a = analyze_trace(t)
+    assert a.mode == "generic" and a.p is None and "--rules" in a.not_available["p"]
+    assert a.wall_ns("prefill") == 50 and sum(r["wall_ns"] for r in a.phases.values()) == 100
 
 
 def test_dropped_nvtx_ranges_signature_is_explained(tmp_path: Path) -> None:

@@ -92,7 +92,6 @@ def test_timeline_step_or_window_picks_what_to_draw(tmp_path: Path) -> None:
         (["plot", "sweep", SPEC, "-o", "{tmp}/x.png"], "needs a baseline"),
         (["plot", "phases", "{tmp}/missing.sqlite", "-o", "{tmp}/x.png"], ""),
         (["report", SPEC, "-o", "{tmp}/r.txt"], "must end in .html or .htm"),
-        (["report", SPEC, SPEC, "-o", "{tmp}/r.html"], "one speculative and one baseline"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

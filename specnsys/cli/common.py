@@ -18,7 +18,8 @@ def add_rules_argument(p: argparse.ArgumentParser) -> None:
         "--rules",
         metavar="FILE",
         help="TOML name-mapping rules for engines with their own NVTX names "
-        "(or a built-in set: specnsys, nvtx)",
+        "(or a built-in set: specnsys, nvtx); default: specnsys when the trace has specnsys "
+        "ranges, else nvtx (said in a warning line)",
     )
 
 

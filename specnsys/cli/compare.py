@@ -3,7 +3,8 @@
 Each speculative trace is compared with the nearest baseline before it on the command line,
 so a k sweep is ``compare B S_k2 S_k4 S_k6`` and a concurrency sweep, where every level needs
 its own baseline, is ``compare B1 S1 B4 S4 B8 S8``: one table of p, r, predicted and measured
-speedup per run.
+speedup per run. Generic runs (neither baseline nor speculative), or runs all of one mode, are
+compared as an A/B diff of each run from the first: ``compare A B``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from specnsys.cli.common import (
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "compare",
-        help="baseline vs speculative run(s): p, r, predicted and measured speedup, phase deltas",
+        help="baseline vs speculative run(s): p, r, predicted and measured speedup, phase "
+        "deltas; or an A/B diff per phase of any two runs of one kind",
     )
     p.add_argument(
         "traces",
         nargs="+",
         metavar="TRACE",
         help="a baseline trace, then the speculative trace(s) to compare with it "
-        "(repeat for sweeps that need their own baseline)",
+        "(repeat for sweeps that need their own baseline); or runs A B... to diff from A",
     )
     add_rules_argument(p)
     add_tokens_argument(p, order="in the order of the traces")

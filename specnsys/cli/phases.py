@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--rules",
         metavar="RULES",
-        help="which NVTX ranges are phases: a built-in set (specnsys, the default; nvtx: "
-        "every range is its own phase) or a TOML name-mapping file",
+        help="which NVTX ranges are phases: a built-in set (specnsys; nvtx: every range is "
+        "its own phase) or a TOML name-mapping file; default: specnsys when the trace has "
+        "specnsys ranges, else nvtx (said in a warning line)",
     )
     p.add_argument(
         "--by",

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="draw a figure (phases, amdahl, acceptance, sweep, timeline) as PNG or SVG",
         description=(
             "phases: one bar per trace; amdahl: speedup vs r for the baseline's p (with the "
-            "operating point when a baseline and a speculative trace are given); acceptance: "
+            "operating point when a baseline and a speculative trace are given; for a generic "
+            "run one curve per largest phase, p = its share); acceptance: "
             "the first speculative trace; sweep: each speculative trace against the nearest "
             "baseline before it; timeline: one decode step of one trace."
         ),

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="self-contained HTML report: the answer, figures, what to cut first, tables",
     )
     p.add_argument("trace", help="nsys .sqlite export (the speculative run, or any run)")
-    p.add_argument("baseline", nargs="?", help="the baseline run to compare it with")
+    p.add_argument("baseline", nargs="?", help="the baseline run to compare it with (or, for "
+                   "a generic run or two of one mode, run A of an A/B diff)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="report file")
     p.add_argument("--step", type=int, metavar="N",
                    help="decode step the timeline shows, from 0 (default: the median-length one)")  # fmt: skip

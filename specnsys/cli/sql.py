@@ -106,7 +106,7 @@ def _seconds(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     if args.format == "parquet" and args.output is None:
         raise UsageError("--format parquet needs -o FILE")
-    if Path(args.trace).is_dir():
+    if _is_folder(Path(args.trace)):
         return _run_on_dataset(args)
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
         # Second line behind Trace.sql's statement check: no file outside the cache folder.
@@ -125,6 +125,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         _write_parquet(result, args.output)
     return 0
+
+
+def _is_folder(path: Path) -> bool:
+    """Whether *path* is a folder (a dataset); one that cannot be looked at is left to the
+    trace path, which says why in one line."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def _run_on_dataset(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "traces",
         nargs="*",
         metavar="TRACE",
-        help="up to one baseline (gives p) and one speculative trace (gives alpha, k, c)",
+        help="up to one baseline (gives p) and one speculative trace (gives alpha, k, c); "
+        "or one generic trace alone (the run's speedup if each phase were cut)",
     )
     p.add_argument("--alpha", type=float, help="acceptance rate in [0, 1]")
     p.add_argument("--k", type=int, help="drafts per step")

@@ -3,7 +3,10 @@
 The exclusive phase breakdown (attribution layer) is the base: shares are shares of the
 window and sum to 1. On top of it:
 
-* mode: ``spec`` when ``draft``/``verify`` ranges exist, ``baseline`` when ``forward`` does;
+* mode: ``spec`` when ``draft``/``verify`` ranges exist, ``baseline`` when ``forward`` does,
+  ``generic`` otherwise (any other annotated or ``--rules nvtx`` trace: its phases, GPU busy and
+  idle time, bandwidth and top kernels are measured; the speculative-decoding numbers are
+  null with the reason in ``not_available``);
 * accelerable time: ``forward`` + ``draft`` + ``verify`` (a baseline has only the first, a
   speculative run the other two); ``p`` = accelerable / window, from a baseline;
 * output tokens from whatever the trace holds (``tokens`` marks, else derived: see
@@ -11,7 +14,8 @@ window and sum to 1. On top of it:
   (``decode`` ranges), requests, per-token time;
 * acceptance (``proposed``/``accepted`` marks), the draft cost ratio ``c`` and Leviathan's
   what-if at the measured alpha/k/c;
-* TTFT/TPOT distributions, memory bandwidth and peak device memory per phase.
+* TTFT/TPOT distributions, memory bandwidth and peak device memory per phase;
+* GPU busy and idle time of the window, and the largest kernels of each phase.
 
 What the trace cannot support is null in the numbers and explained in ``not_available``.
 """
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from specnsys import __version__
-from specnsys.attribution import UNANNOTATED, exclusive_phase_times
+from specnsys.attribution import builtin_rules, exclusive_phase_times
 from specnsys.attribution.timeline import TIMELINE_VERSION, PhaseBreakdown, step_phase
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
@@ -33,6 +37,7 @@ from specnsys.metrics.memory import device_memory
 from specnsys.metrics.ranks import ranks_of_analysis
 from specnsys.metrics.requests import distribution, request_latencies
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
+from specnsys.metrics.top_kernels import top_kernels_by_phase
 from specnsys.vocabulary import (
     ACCELERABLE,
     BASELINE_ACCELERABLE,
@@ -45,12 +50,29 @@ if TYPE_CHECKING:
     from specnsys.attribution.context import AttributionContext
     from specnsys.ingest import Trace
 
-__all__ = ["ACCELERABLE", "Analysis", "analyze_trace", "detect_mode"]
+__all__ = ["ACCELERABLE", "GENERIC", "Analysis", "analyze_trace", "detect_mode"]
+
+GENERIC = "generic"
+"""Mode of a run that is neither a baseline (``forward``) nor speculative (``draft``/``verify``)."""
+
+#: Why the speculative-decoding numbers are missing from a generic run.
+_NOT_SPECULATIVE = (
+    "this is a generic run (no forward, draft or verify phase; --rules maps an engine's "
+    "names onto them)"
+)
+
+#: What a trace with neither NVTX ranges nor GPU work needs before anything can be analyzed.
+_MISSING_EVERYTHING = (
+    "annotate the program (specnsys.annotate, or `specnsys profile --annotate FILE`) and "
+    "capture its CUDA work (nsys -t cuda,nvtx)"
+)
 
 #: Version of the metrics' definitions, part of the key of analyses kept in the trace cache:
 #: bump it whenever a change here would give a different result.
-ANALYSIS_VERSION = 3  # 2: tokens derived from acceptance marks / forward steps, tokens_source
-# 3: ranks (every process of a multi-process run, specnsys.metrics.ranks)
+# 2: tokens derived from acceptance marks / forward steps, tokens_source;
+# 3: the generic mode, gpu_time and top_kernels; 4: ranks (every process of a multi-process
+# run, specnsys.metrics.ranks)
+ANALYSIS_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -86,6 +108,8 @@ class Analysis:
     device_memory: dict[str, Any] | None
     whatif: dict[str, Any] | None
     gpu: bool
+    gpu_time: dict[str, Any] | None = None
+    top_kernels: dict[str, Any] | None = None
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     ranks: dict[str, Any] | None = None
@@ -153,6 +177,8 @@ class Analysis:
             "device_memory": self.device_memory,
             "whatif": self.whatif,
             "gpu": self.gpu,
+            "gpu_time": self.gpu_time,
+            "top_kernels": self.top_kernels,
             "not_available": dict(self.not_available),
             "warnings": list(self.warnings),
             "ranks": self.ranks,
@@ -176,8 +202,9 @@ class Analysis:
         )
 
 
-def detect_mode(counts: dict[str, int], walls: dict[str, int]) -> str | None:
-    """``spec`` if draft/verify ranges (or time) exist, ``baseline`` if forward does, else None."""
+def detect_mode(counts: dict[str, int], walls: dict[str, int]) -> str:
+    """``spec`` if draft/verify ranges (or time) exist, ``baseline`` if forward does, else
+    ``generic``: a run of phases specnsys has no speculative-decoding model for."""
 
     def present(phase: str) -> bool:
         return counts.get(phase, 0) > 0 or walls.get(phase, 0) > 0
@@ -186,7 +213,7 @@ def detect_mode(counts: dict[str, int], walls: dict[str, int]) -> str | None:
         return "spec"
     if any(present(p) for p in BASELINE_ACCELERABLE):
         return "baseline"
-    return None
+    return GENERIC
 
 
 def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[str, dict[str, Any]]:
@@ -228,15 +255,14 @@ def analyze_trace(
 
     *rules* (a ``PhaseRules``, a built-in set's name or a TOML path) maps other NVTX names onto
     the phases; *pid* picks the process (default: the one with the most phase ranges).
-    Raises :class:`BadInputError` for a trace with nothing to attribute or no phase that
-    tells a baseline run from a speculative one. *context* (an
+    Without *rules*, a trace with no specnsys ranges is read under the ``nvtx`` rules (see
+    :func:`rules_in_force`; the note is one of the analysis's warnings). Raises
+    :class:`BadInputError` for a trace with nothing to attribute. *context* (an
     :class:`~specnsys.attribution.context.AttributionContext` of the rules in force) shares
     the phase index and the launch attribution with the caller's other analyses.
     """
     path = str(getattr(trace, "path", "")) or None
-    caps = trace.summary.capabilities
-    if rules is None and not caps["specnsys_phases"].available:
-        raise BadInputError(f"{path}: {caps['specnsys_phases'].reason}")
+    rules, note = rules_in_force(trace, rules)
     mapping = resolve(rules)
     kwargs: dict[str, Any] = {"pid": pid}
     if rules is not None:  # resolved once: a TOML file is parsed and checked a single time
@@ -254,12 +280,46 @@ def analyze_trace(
     stored = trace.load_derived("analysis", key)
     b = exclusive_phase_times(trace, **kwargs, context=context)  # itself read back when stored
     if stored is not None:
-        return Analysis(**{**stored, "path": path}, breakdown=b)
-    result = _analyze(trace, b, mapping, path, pid, context)
+        return _noted(Analysis(**{**stored, "path": path}, breakdown=b), note)
+    try:
+        result = _analyze(trace, b, mapping, path, pid, context)
+    except BadInputError as err:
+        if note is None:
+            raise
+        # nothing even under the nvtx rules: say what is missing and how to get it (or why
+        # the specnsys ranges are missing when its domain was created: nsys dropped them)
+        why = trace.summary.capabilities["specnsys_phases"].reason
+        raise BadInputError(
+            f"{err}; {_MISSING_EVERYTHING if why.startswith('no ranges') else why}"
+        ) from None
     trace.store_derived(
         "analysis", key, {f: getattr(result, f) for f in _STORED_FIELDS if f != "path"}
     )
-    return result
+    return _noted(result, note)
+
+
+def rules_in_force(trace: Trace, rules: Any) -> tuple[Any, str | None]:
+    """The rules a command applies to *trace*, and the note that says so when it chose them.
+
+    The one place the default is decided: *rules* when given; else specnsys's own vocabulary
+    when the trace has ranges in its domain (capability ``specnsys_phases``); else the built-in
+    ``nvtx`` set (every NVTX range is a phase named by its text), with a note naming why, so
+    that any trace gets an answer instead of "unannotated 100%".
+    """
+    caps = trace.summary.capabilities
+    if rules is not None or caps["specnsys_phases"].available:
+        return rules, None
+    return builtin_rules("nvtx"), (
+        f"{caps['specnsys_phases'].reason.split(' (')[0]}: phases are the trace's own NVTX "
+        "ranges (--rules nvtx applied); pass --rules FILE to map them onto specnsys's phases"
+    )
+
+
+def _noted(analysis: Analysis, note: str | None) -> Analysis:
+    """*analysis* with *note* (the rules chosen for it) first among its warnings."""
+    if note is None:
+        return analysis
+    return replace(analysis, warnings=[note, *analysis.warnings])
 
 
 def _analyze(
@@ -279,21 +339,6 @@ def _analyze(
     counts = b.range_counts
     phases = _phase_rows(b, counts, gpu)
     mode = detect_mode(counts, {k: v["wall_ns"] for k, v in phases.items()})
-    if mode is None:
-        # the phases present, largest first, at most eight named: one readable line
-        present = sorted(
-            (k for k, v in phases.items() if (v["ranges"] or v["wall_ns"]) and k != UNANNOTATED),
-            key=lambda k: (-phases[k]["wall_ns"], k),
-        )
-        listed = ", ".join(present[:8]) or "none"
-        if len(present) > 8:
-            listed += f" and {len(present) - 8} more"
-        raise BadInputError(
-            f"{path}: cannot tell a baseline run from a speculative one: no forward (baseline) "
-            f"and no draft/verify (speculative) phase ranges (phases present: {listed}); map "
-            "the engine's NVTX names onto the phases with --rules"
-        )
-
     na: dict[str, str] = {}
     warnings: list[str] = []
     if not gpu:
@@ -321,7 +366,12 @@ def _analyze(
 
     # p and the Amdahl ceiling come from a baseline run
     p: float | None
-    if mode == "baseline":
+    if mode == GENERIC:
+        p, ceiling = None, None
+        na["p"] = na["amdahl_ceiling"] = (
+            f"p is the accelerable share of a baseline run; {_NOT_SPECULATIVE}"
+        )
+    elif mode == "baseline":
         p = accelerable / window
         ceiling = amdahl.amdahl_ceiling(p)
         if ceiling is None:
@@ -342,6 +392,8 @@ def _analyze(
             warnings.append(acc_note)
         if acc is None:
             na["acceptance"] = caps["acceptance_marks"].reason + " in the window"
+    elif mode == GENERIC:
+        na["acceptance"] = f"needs the proposed/accepted marks of a speculative run; {_NOT_SPECULATIVE}"
     else:
         na["acceptance"] = "a baseline run proposes no drafts"
     k = None if acc is None else int(acc["k"])
@@ -361,12 +413,16 @@ def _analyze(
                 if k is None or per_range["verify_ns"] is None
                 else "verify time is 0"
             )
+    elif mode == GENERIC:
+        na["draft_cost_ratio"] = f"needs draft and verify ranges; {_NOT_SPECULATIVE}"
     else:
         na["draft_cost_ratio"] = "a baseline run has no draft model"
 
     whatif = None
     if acc is not None and c is not None and k is not None:
         whatif = amdahl.whatif(float(acc["alpha"]), k, c)
+    elif mode == GENERIC:
+        na["whatif"] = f"needs the alpha, k and c of a speculative run; {_NOT_SPECULATIVE}"
     else:
         na["whatif"] = "needs the measured alpha, k and c of a speculative run"
 
@@ -381,6 +437,12 @@ def _analyze(
     memory, mem_reason = device_memory(trace, scope)
     if mem_reason:
         na["device_memory"] = mem_reason
+
+    # without GPU activity, gpu_busy_ns's reason covers these two as well
+    gpu_time = _gpu_time(b) if gpu else None
+    top, top_reason = top_kernels_by_phase(trace, scope) if gpu else (None, None)
+    if top_reason:
+        na["top_kernels"] = top_reason
 
     unclosed = int(getattr(b, "unclosed_ranges", 0) or 0)
     if unclosed:
@@ -416,6 +478,8 @@ def _analyze(
         device_memory=memory,
         whatif=whatif,
         gpu=gpu,
+        gpu_time=gpu_time,
+        top_kernels=top,
         not_available=na,
         warnings=warnings,
         ranks=ranks,
@@ -428,6 +492,19 @@ def _analyze(
 _STORED_FIELDS = tuple(
     f.name for f in fields(Analysis) if f.name not in ("breakdown", "data_warnings")
 )
+
+
+def _gpu_time(b: PhaseBreakdown) -> dict[str, Any]:
+    """GPU busy (the union of the process's GPU work in the window) and GPU idle, the rest."""
+    window = b.window_ns
+    busy = int(b.gpu_union_ns)
+    return {
+        "busy_ns": busy,
+        "idle_ns": window - busy,
+        "busy_share": busy / window if window else 0.0,
+        "idle_share": (window - busy) / window if window else 0.0,
+        "shares_of": "window_ns",
+    }
 
 
 def _latency(lat: Any, na: dict[str, str]) -> dict[str, Any]:

@@ -23,11 +23,13 @@ That is how the phase table shows *where* prediction and measurement part.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
+from specnsys.metrics.ab_compare import ABComparison, ab_compare_many
 from specnsys.metrics.analysis import Analysis
 from specnsys.vocabulary import ACCELERABLE
 
@@ -39,6 +41,7 @@ __all__ = [
     "compare_many",
     "compare_runs",
     "compare_sweep",
+    "is_ab_pairing",
     "with_same_output",
 ]
 
@@ -296,10 +299,19 @@ def _speedup_basis(
     return None
 
 
-def with_same_output(comparisons: list[Comparison]) -> list[Comparison]:
+_C = TypeVar("_C")
+
+
+def with_same_output(comparisons: Sequence[_C]) -> list[_C]:
     """*comparisons* redone on the statement that each pair produced the same output (what
-    :func:`compare_runs`'s *same_output* does), for lists built by :func:`compare_many`."""
-    return [compare_runs(c.baseline, c.spec, same_output=True) for c in comparisons]
+    :func:`compare_runs`'s *same_output* does), for lists built by :func:`compare_many`; an
+    A/B comparison (which uses no token counts) comes back as it is."""
+    return [
+        cast("_C", compare_runs(c.baseline, c.spec, same_output=True))
+        if isinstance(c, Comparison)
+        else c
+        for c in comparisons
+    ]
 
 
 def _memory(b: Analysis, s: Analysis, na: dict[str, str]) -> dict[str, Any] | None:
@@ -329,14 +341,30 @@ def compare_sweep(baseline: Analysis, specs: list[Analysis]) -> list[Comparison]
     return [compare_runs(baseline, s) for s in specs]
 
 
-def compare_many(analyses: list[Analysis]) -> list[Comparison]:
-    """Compare each speculative run with the nearest baseline before it in *analyses*.
+def is_ab_pairing(analyses: list[Analysis]) -> bool:
+    """Whether *analyses* are compared as A/B diffs (:mod:`.ab_compare`) rather than baseline
+    against speculative runs: when a run is generic (no Amdahl model applies to it) or all
+    runs are of one mode (two baselines or two speculative runs: before and after a change).
+    A mix of baselines and speculative runs keeps the prediction-vs-measurement procedure."""
+    modes = {a.mode for a in analyses}
+    return len(analyses) >= 2 and ("generic" in modes or len(modes) == 1)
+
+
+def compare_many(analyses: list[Analysis]) -> list[Comparison | ABComparison]:
+    """Compare each speculative run with the nearest baseline before it in *analyses*, or, for
+    generic runs or runs of one mode (:func:`is_ab_pairing`), diff each run from the first.
 
     ``[B1, S1a, S1b, B4, S4]`` gives S1a and S1b against B1 and S4 against B4, so a sweep
     over settings that need their own baseline (concurrency 1/4/8) is one call. Raises
     :class:`BadInputError` when a speculative run has no baseline before it, a baseline has
     no speculative run after it, or there is no speculative run at all.
     """
+    if is_ab_pairing(analyses):
+        return list(ab_compare_many(analyses))
+    return list(_baseline_spec_pairs(analyses))
+
+
+def _baseline_spec_pairs(analyses: list[Analysis]) -> list[Comparison]:
     if not analyses:
         raise BadInputError("compare needs a baseline trace and at least one speculative trace")
     out: list[Comparison] = []

@@ -10,6 +10,11 @@ work, host syncs, scheduling) limits speculative decoding most. Beside it,
 ``combined_ceiling = W / (W - x - A)`` is the speedup over the current run if the phase went
 away *and* the accelerable work became free.
 
+A generic run (neither baseline nor speculative) has no accelerable time, so no ceiling: its
+phases are ranked by the speedup of the whole run if the phase went away,
+``speedup_if_removed = W / (W - x)`` (Amdahl with the phase's share as ``p`` and ``r`` without
+bound), which is also given for the phases of the other modes.
+
 Input is the ``analyze --json`` document (a plain dict), so the ranking works on saved JSON too.
 """
 
@@ -22,7 +27,15 @@ from typing import Any
 
 from specnsys.vocabulary import ACCELERABLE
 
-__all__ = ["ACCELERABLE", "CutCandidate", "WhatCut", "accelerable_phases", "what_to_cut"]
+__all__ = [
+    "ACCELERABLE",
+    "CutCandidate",
+    "WhatCut",
+    "accelerable_phases",
+    "generic_whatif",
+    "speedup_if_cut",
+    "what_to_cut",
+]
 
 def accelerable_phases(analysis: Mapping[str, Any]) -> tuple[str, ...]:
     """The accelerable phases that have time in *analysis* (all three when none has)."""
@@ -35,8 +48,47 @@ def _ceiling(p: float) -> float:
     return math.inf if p >= 1.0 else 1.0 / (1.0 - p)
 
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _removed(window: int, x: int) -> float:
+    return speedup_if_cut(window, x, 1.0)
+
+
+def speedup_if_cut(window: int, x: int, fraction: float) -> float:
+    """``W / (W - f x)``: the run's speedup if a phase of time *x* lost *fraction* of it
+    (Amdahl with ``p = x / W`` and ``r = 1 / (1 - f)``); ``inf`` when nothing would be left."""
+    rest = window - fraction * x
+    return math.inf if rest <= 0 else window / rest
+
+
+def generic_whatif(analysis: Mapping[str, Any], fractions: tuple[float, ...] = (0.5, 1.0)) -> dict[str, Any]:
+    """``whatif`` on a generic run: for every phase with time, largest first, the run's
+    speedup if the phase got *fractions* shorter (``speedup_if_cut``): the only what-if a run
+    without a draft model supports."""
+    cut = what_to_cut(analysis)
+    window = cut.window_ns
+    rows = []
+    for c in cut.candidates:
+        row = {"phase": c.phase, "wall_ns": c.wall_ns, "share": c.share}
+        for f in fractions:
+            row[f"speedup_if_{round(f * 100)}pct_cut"] = _finite(speedup_if_cut(window, c.wall_ns, f))
+        rows.append(row)
+    return {
+        "kind": "cut",
+        "path": analysis.get("path"),
+        "mode": analysis.get("mode"),
+        "window_ns": window,
+        "shares_of": "window_ns",
+        "definition": "speedup_if_N_pct_cut = W / (W - N/100 * wall_ns) (null: nothing left)",
+        "fractions": list(fractions),
+        "cuts": rows,
+        "not_available": {
+            "leviathan": (analysis.get("not_available") or {}).get("whatif")
+            or "needs alpha, k and c of a speculative run",
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -47,14 +99,16 @@ class CutCandidate:
     wall_ns: int
     share: float
     """``wall_ns / window_ns`` of the analyzed run."""
-    p_after: float
-    """Bottleneck share with the phase gone: ``A / (W - x)``."""
-    ceiling_after: float
+    p_after: float | None
+    """Bottleneck share with the phase gone: ``A / (W - x)`` (None in a generic run)."""
+    ceiling_after: float | None
     """``1 / (1 - p_after)``; ``inf`` when nothing non-accelerable would be left."""
-    ceiling_gain: float
-    """``ceiling_after - ceiling``: the ranking key."""
-    combined_ceiling: float
+    ceiling_gain: float | None
+    """``ceiling_after - ceiling``: the ranking key (a generic run ranks by ``wall_ns``)."""
+    combined_ceiling: float | None
     """``W / (W - x - A)``: speedup over this run with the phase gone and ``A`` free."""
+    speedup_if_removed: float = math.inf
+    """``W / (W - x)``: speedup of the whole run with only this phase gone."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +119,7 @@ class CutCandidate:
             "ceiling_after": _finite(self.ceiling_after),
             "ceiling_gain": _finite(self.ceiling_gain),
             "combined_ceiling": _finite(self.combined_ceiling),
+            "speedup_if_removed": _finite(self.speedup_if_removed),
         }
 
 
@@ -116,6 +171,8 @@ def what_to_cut(analysis: Mapping[str, Any]) -> WhatCut:
     a_ns = int(a_ns)
     if window <= 0:
         return WhatCut(mode, window, a_ns, accel, None, None, [], "the analysis window is empty")
+    if mode == "generic":
+        return _generic(phases, window)
     if a_ns <= 0:
         return WhatCut(
             mode, window, a_ns, accel, 0.0, 1.0, [],
@@ -136,7 +193,24 @@ def what_to_cut(analysis: Mapping[str, Any]) -> WhatCut:
         left = rest - a_ns
         combined = math.inf if left <= 0 else window / left
         candidates.append(
-            CutCandidate(name, x, x / window, p_after, after, after - ceiling, combined)
+            CutCandidate(
+                name, x, x / window, p_after, after, after - ceiling, combined, _removed(window, x)
+            )
         )
-    candidates.sort(key=lambda c: (-c.ceiling_gain, c.phase))
+    candidates.sort(key=lambda c: (-(c.ceiling_gain or 0.0), c.phase))
     return WhatCut(mode, window, a_ns, accel, p, ceiling, candidates)
+
+
+def _generic(phases: Mapping[str, Mapping[str, Any]], window: int) -> WhatCut:
+    """Every phase with time, largest first: with nothing accelerable, the run's speedup if a
+    phase went away is ``W / (W - x)``, so the largest phase is the one to cut first."""
+    candidates = [
+        CutCandidate(name, x, x / window, None, None, None, None, _removed(window, x))
+        for name in sorted(phases)
+        if (x := int(phases[name].get("wall_ns") or 0)) > 0
+    ]
+    candidates.sort(key=lambda c: (-c.wall_ns, c.phase))
+    return WhatCut(
+        "generic", window, 0, (), None, None, candidates,
+        None if candidates else "no phase has time in the window",
+    )  # fmt: skip

@@ -80,6 +80,9 @@ def _name(path: str | None) -> str:
     return Path(path).name if path else "trace"
 
 
+_CATCH_ALL = ("unannotated", "unattributed_gpu")  # time no range claims: not cut by name
+
+
 def _not_available(na: dict[str, str], skip: tuple[str, ...] = ()) -> list[str]:
     rows = [(k, v) for k, v in na.items() if k not in skip]
     if not rows:
@@ -127,9 +130,15 @@ def _headline(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _phase_table(d: dict[str, Any]) -> list[str]:
+def _short(name: str, limit: int = 40) -> str:
+    """*name* cut to *limit* characters (engines' range texts can be whole argument lists)."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _phase_table(d: dict[str, Any], width: int = 16, limit: int | None = None) -> list[str]:
+    """The phase table; *limit* cuts long phase names (a generic run's range texts)."""
     gpu = d["gpu"]
-    head = f"{'phase':<16}{'wall ms':>11}{'share':>8}{'ranges':>8}{'ms/range':>10}"
+    head = f"{'phase':<{width}}{'wall ms':>11}{'share':>8}{'ranges':>8}{'ms/range':>10}"
     head += f"{'GPU busy ms':>13}" if gpu else ""
     lines = [head]
     rows = sorted(d["phases"].items(), key=lambda kv: -kv[1]["wall_ns"])
@@ -137,9 +146,9 @@ def _phase_table(d: dict[str, Any]) -> list[str]:
         if r["wall_ns"] == 0 and r["ranges"] == 0:
             continue
         per = r["wall_ns"] / r["ranges"] if r["ranges"] else None
-        label = name + (" *" if r["accelerable"] else "")
+        label = (name if limit is None else _short(name, limit)) + (" *" if r["accelerable"] else "")
         line = (
-            f"{label:<16}{_ms(r['wall_ns']):>11}{_pct(r['share']):>8}{r['ranges']:>8,}"
+            f"{label:<{width}}{_ms(r['wall_ns']):>11}{_pct(r['share']):>8}{r['ranges']:>8,}"
             f"{_ms(per):>10}"
         )
         if gpu:
@@ -147,7 +156,7 @@ def _phase_table(d: dict[str, Any]) -> list[str]:
         lines.append(line)
     total = sum(r["wall_ns"] for r in d["phases"].values())
     share = total / d["window_ns"] if d["window_ns"] else 0.0
-    lines.append(f"{'total':<16}{_ms(total):>11}{_pct(share):>8}")
+    lines.append(f"{'total':<{width}}{_ms(total):>11}{_pct(share):>8}")
     lines.append("* accelerable (speculative decoding replaces forward by draft + verify)")
     return lines
 
@@ -326,8 +335,55 @@ def _window_basis(d: dict[str, Any]) -> str:
     return "no request ranges: the span of the process's ranges and GPU work"
 
 
+def _generic_headline(d: dict[str, Any]) -> list[str]:
+    """A generic run's answer: where the time went, how busy the GPU was, what to cut."""
+    from specnsys.metrics.whatcut import what_to_cut
+
+    named = [c for c in what_to_cut(d).candidates if c.phase not in _CATCH_ALL]
+    lines = [
+        "no forward, draft or verify phase: a generic run (phases, GPU time and kernels below; "
+        "the speculative-decoding numbers need those phases)"
+    ]
+    gt = d.get("gpu_time")
+    if gt:
+        lines.append(
+            f"GPU busy {_ms(gt['busy_ns'])} ms ({_pct(gt['busy_share'])} of the window), "
+            f"idle {_ms(gt['idle_ns'])} ms ({_pct(gt['idle_share'])})"
+        )
+    if named:
+        cuts = ", ".join(
+            f"{_short(c.phase)} {_pct(c.share)} -> {_x(_finite(c.speedup_if_removed))}"
+            for c in named[:3]
+        )
+        lines.append(f"what to cut first (share of the window -> run speedup without it): {cuts}")
+    return lines
+
+
+def _finite(x: float) -> float | None:
+    return x if x != float("inf") else None
+
+
+def _top_kernels(d: dict[str, Any], max_phases: int = 4, per_phase: int = 3) -> list[str]:
+    tk = d.get("top_kernels")
+    if not tk:
+        return []
+    lines = ["top kernels per phase (GPU time; share of the phase's summed kernel time):"]
+    for phase, row in list(tk["by_phase"].items())[:max_phases]:
+        lines.append(f"  {_short(phase)}: {row['kernels']:,} kernels, {_ms(row['kernel_ns'])} ms")
+        for k in row["top"][:per_phase]:
+            name = _short(k["name"], 60)
+            lines.append(
+                f"    {_ms(k['time_ns']):>10} ms {_pct(k['share']):>6}  x{k['count']:<6,} {name}"
+            )
+    if len(tk["by_phase"]) > max_phases:
+        lines.append(f"  ({len(tk['by_phase']) - max_phases} more phases: --json lists all)")
+    return lines
+
+
 def render_analysis_text(d: dict[str, Any]) -> str:
     """The ``analyze`` report: the answer first, then the evidence, then what is missing."""
+    if d["mode"] == "generic":
+        return _render_generic_text(d)
     mode = "speculative run" if d["mode"] == "spec" else "baseline run"
     k = f" (k = {d['k']})" if d.get("k") else ""
     tokens = (
@@ -357,7 +413,77 @@ def render_analysis_text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _render_generic_text(d: dict[str, Any]) -> str:
+    lines = [
+        f"{_name(d['path'])}: generic run, process {d['pid']}, phases by rules '{d['rules']}'",
+        f"window {_ms(d['window_ns'])} ms ({_window_basis(d)})",
+        "",
+        *_generic_headline(d),
+        "",
+        # no accelerable phase: the table's footnote about them does not apply
+        *_phase_table(d, max([16, *(min(len(p), 40) + 2 for p in d["phases"])]), 40)[:-1],
+    ]
+    for block in (_top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
+        if block:
+            lines += ["", *block]
+    lines += _not_available(d["not_available"])
+    if d["warnings"]:
+        lines += ["", *_warnings(d["warnings"])]
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------- compare
+
+
+def _ab_detail(c: dict[str, Any], max_rows: int = 30) -> list[str]:
+    """An A/B diff: what moved first, then every phase of either run."""
+    w = c["window_ns"]
+    lines = [
+        f"{_name(c['a'])} (A, {c['modes']['a']}) vs {_name(c['b'])} (B, {c['modes']['b']}): "
+        "phase by phase",
+        f"window {_ms(w['a'])} ms -> {_ms(w['b'])} ms ({_signed_ms(w['delta_ns'])}, "
+        f"{_signed_pct(w['delta_pct'])})",
+    ]
+    g = c["gpu_busy_ns"]
+    if g is not None:
+        lines.append(
+            f"GPU busy {_ms(g['a'])} ms -> {_ms(g['b'])} ms ({_signed_ms(g['delta_ns'])}, "
+            f"{_signed_pct(g['delta_pct'])})"
+        )
+    if c["moved"]:
+        moved = ", ".join(
+            f"{_short(m['phase'])} {_signed_ms(m['delta_ns'])} ({_signed_pct(m['delta_pct'])})"
+            for m in c["moved"][:5]
+        )
+        lines.append(f"moved (|change| >= {c['move_threshold']:.0%} of A's window): {moved}")
+    else:
+        lines.append(f"no phase moved by {c['move_threshold']:.0%} of A's window or more")
+    lines += [
+        "",
+        f"{'phase':<24}{'A ms':>11}{'A share':>9}{'B ms':>11}{'B share':>9}{'delta ms':>11}"
+        f"{'delta':>9}{'GPU delta ms':>14}",
+    ]
+    rows = sorted(c["phases"].items(), key=lambda kv: (-abs(kv[1]["delta_ns"]), kv[0]))
+    if len(rows) > max_rows:
+        lines.append(f"({max_rows} largest changes of {len(rows)} phases: --json lists all)")
+    for name, r in rows[:max_rows]:
+        label = _short(name, 23)
+        gd = r["gpu_busy_delta_ns"]
+        lines.append(
+            f"{label:<24}{_ms(r['a_wall_ns']):>11}{_pct(r['a_share']):>9}"
+            f"{_ms(r['b_wall_ns']):>11}{_pct(r['b_share']):>9}{_signed_ms(r['delta_ns']):>11}"
+            f"{_signed_pct(r['delta_pct']):>9}{'n/a' if gd is None else _signed_ms(gd):>14}"
+        )
+    lines.append("shares: of each run's own window; delta: B - A, per cent of A's phase time")
+    lines += _not_available(c["not_available"])
+    if c["warnings"]:
+        lines += ["", *_warnings(c["warnings"])]
+    return lines
+
+
+def _signed_ms(ns: float | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:+.3f}"
+
 
 
 def _comparison_detail(c: dict[str, Any]) -> list[str]:
@@ -455,7 +581,11 @@ def _signed_pct(x: float | None) -> str:
 
 
 def render_comparisons_text(comparisons: list[dict[str, Any]]) -> str:
-    """One comparison in detail; several as one sweep table followed by each in detail."""
+    """One comparison in detail; several as one sweep table followed by each in detail. A/B
+    diffs (``kind: ab``) are each shown in detail, one after the other."""
+    if comparisons and all(c.get("kind") == "ab" for c in comparisons):
+        blocks = [_ab_detail(c) for c in comparisons]
+        return "\n\n".join("\n".join(b) for b in blocks)
     if len(comparisons) == 1:
         return "\n".join(_comparison_detail(comparisons[0]))
     lines = [
@@ -479,6 +609,8 @@ def render_comparisons_text(comparisons: list[dict[str, Any]]) -> str:
 
 def render_whatif_text(w: dict[str, Any], sources: dict[str, str] | None = None) -> str:
     """Leviathan's expected speedup by k, the best k, and the Amdahl-limited end-to-end result."""
+    if w.get("kind") == "cut":
+        return _render_cut_text(w)
     src = sources or {}
 
     def origin(key: str) -> str:
@@ -519,4 +651,24 @@ def render_whatif_text(w: dict[str, Any], sources: dict[str, str] | None = None)
             + (f"{_x(row['e2e_speedup']):>9}" if w["p"] is not None else "")
             + mark
         )
+    return "\n".join(lines)
+
+
+def _render_cut_text(w: dict[str, Any]) -> str:
+    """``whatif`` on a generic run: the run's speedup if each phase were cut."""
+    keys = [f"speedup_if_{round(f * 100)}pct_cut" for f in w["fractions"]]
+    heads = [f"{round(f * 100)}% cut" for f in w["fractions"]]
+    width = max([16, *(min(len(r["phase"]), 40) + 2 for r in w["cuts"])])
+    lines = [
+        f"{_name(w['path'])}: generic run, window {_ms(w['window_ns'])} ms; "
+        "run speedup if one phase got shorter (W / (W - cut))",
+        "",
+        f"{'phase':<{width}}{'wall ms':>11}{'share':>8}" + "".join(f"{h:>10}" for h in heads),
+    ]
+    for r in w["cuts"][:30]:
+        lines.append(
+            f"{_short(r['phase']):<{width}}{_ms(r['wall_ns']):>11}{_pct(r['share']):>8}"
+            + "".join(f"{_x(r[k]):>10}" for k in keys)
+        )
+    lines += _not_available(w["not_available"])
     return "\n".join(lines)

@@ -51,12 +51,14 @@ def pair_runs(
     Two traces given in either order are put as baseline, spec first. *same_output*: the
     runs produced the same output (see :func:`specnsys.metrics.compare_runs`).
     """
-    from specnsys.metrics import compare_many
+    from specnsys.metrics import Comparison, compare_many
     from specnsys.metrics.comparison import with_same_output
 
     if len(runs) == 2 and runs[0].analysis.mode == "spec" and runs[1].analysis.mode == "baseline":
         runs = [runs[1], runs[0]]
-    comparisons = compare_many([r.analysis for r in runs])
+    comparisons = [
+        c for c in compare_many([r.analysis for r in runs]) if isinstance(c, Comparison)
+    ]
     if same_output:
         comparisons = with_same_output(comparisons)
     by_id = {id(r.analysis): r for r in runs}
@@ -86,6 +88,11 @@ def figure_data(kind: str, runs: Sequence[Run], *, same_output: bool = False) ->
         return plots.amdahl_data(runs[0].data)
     if kind != "sweep":
         raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.KINDS)})")
+    if "generic" in modes:
+        raise UsageError(
+            "sweep needs a baseline trace and at least one speculative trace (it draws p, r "
+            "and speedups); generic runs have none: use plot phases or compare A B"
+        )
     if not {"baseline", "spec"} <= modes:
         raise UsageError("sweep needs a baseline trace and at least one speculative trace")
     return plots.sweep_data(
@@ -99,12 +106,13 @@ def figure_data(kind: str, runs: Sequence[Run], *, same_output: bool = False) ->
 def render_report(
     runs: Sequence[Run],
     comparison: dict[str, Any] | None,
-    lanes: dict[str, Any],
+    lanes: dict[str, Any] | str,
     advance: Callable[[str], None],
 ) -> str:
     """The self-contained HTML report of *runs* (the baseline first when there are two, with
-    their *comparison*) and the timeline *lanes* of the analyzed trace; *advance* moves the
-    progress display on."""
+    their *comparison*) and the timeline *lanes* of the analyzed trace (or why there are none:
+    a trace without phase ranges has no driver thread to draw); *advance* moves the progress
+    display on."""
     from specnsys import __version__
     from specnsys.metrics.whatcut import what_to_cut
     from specnsys.report import plots
@@ -117,10 +125,17 @@ def render_report(
     spec = next((r for r in runs if r.analysis.mode == "spec"), None)
     labelled = [(r.label, d) for r, d in zip(runs, docs, strict=True)]
     figure_data = [plots.phases_data(labelled, cuts)]
-    figure_data.append(plots.amdahl_data(docs[0], comparison, cut=cuts[0]))
+    paired = None if comparison is not None and comparison.get("kind") == "ab" else comparison
+    figure_data.append(plots.amdahl_data(docs[0], paired, cut=cuts[0]))
     if spec is not None:
         figure_data.append(plots.acceptance_data(spec.data))
-    figure_data.append(plots.timeline_data(lanes))
+    if isinstance(lanes, str):
+        figure_data.append(
+            {"kind": "timeline", "title": "timeline: not available", "rows": [],
+             "not_available": lanes}
+        )  # fmt: skip
+    else:
+        figure_data.append(plots.timeline_data(lanes))
     figures = []
     for data in figure_data:
         fig = plots.draw(data)
@@ -133,6 +148,6 @@ def render_report(
         comparison=comparison,
         whatcut=cuts[0].to_dict(),
         figures=figures,
-        timeline_label=lanes["label"],
+        timeline_label=None if isinstance(lanes, str) else lanes["label"],
         version=__version__,
     )

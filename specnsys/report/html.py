@@ -195,6 +195,9 @@ def _answer(
 ) -> str:
     lines: list[str] = []
     c = comparison
+    if c is not None and c.get("kind") == "ab":
+        lines += _ab_answer(c)
+        c = None
     if c is not None and c.get("measured_speedup") is not None:
         m = c["measured_speedup"]
         faster = "faster" if m >= 1 else "slower"
@@ -221,7 +224,7 @@ def _answer(
                 "can turn that into a speedup."
             )
         moved = c.get("moved_phase")
-        if moved:
+        if moved:  # c is a baseline/spec comparison here
             contribution = (c.get("phases") or {}).get(moved, {}).get("gap_contribution")
             lines.append(
                 f"Where prediction and measurement part: {_phase(moved)} moved the most per "
@@ -239,7 +242,15 @@ def _answer(
             f"<b>{_x(ceiling)}</b> faster: {_pct(rest, 0)} of {where} time is not accelerable."
         )
     candidates = whatcut.get("candidates") or []
-    if candidates:
+    if candidates and whatcut.get("mode") == "generic":
+        top = candidates[0]
+        lines.append(
+            f"A generic run (no forward, draft or verify phase): no Amdahl ceiling for "
+            f"speculative decoding applies. Cut first: {_phase(top['phase'])} "
+            f"({_pct(top['share'], 0)} of the time); without it this run would be "
+            f"<b>{_x(top.get('speedup_if_removed'))}</b> faster (W / (W - x))."
+        )
+    elif candidates:
         top = candidates[0]
         lines.append(
             f"Cut first: {_phase(top['phase'])} ({_pct(top['share'], 0)} of the time). If it went "
@@ -256,11 +267,70 @@ def _answer(
     return "\n".join(out)
 
 
+def _ab_answer(c: Mapping[str, Any]) -> list[str]:
+    """The answer for an A/B pair: how the window changed and which phase moved it."""
+    w = c["window_ns"]
+    lines = [
+        f"Run B took <b>{_ms(w['b'])} ms</b> against A's {_ms(w['a'])} ms "
+        f"({_signed(w.get('delta_pct'))})."
+    ]
+    moved = c.get("moved") or []
+    if moved:
+        listed = ", ".join(
+            f"{_phase(m['phase'])} {m['delta_ns'] / 1e6:+.3f} ms ({_signed(m.get('delta_pct'))})"
+            for m in moved[:3]
+        )
+        lines.append(
+            f"What moved (by at least {_pct(c.get('move_threshold'), 0)} of A's window): {listed}."
+        )
+    else:
+        lines.append(
+            f"No phase moved by {_pct(c.get('move_threshold'), 0)} of A's window or more."
+        )
+    return lines
+
+
+def _ab_section(c: Mapping[str, Any]) -> str:
+    """The A/B table: each phase's time and share in both runs, and the change."""
+    rows = [
+        [
+            _phase(name),
+            _ms(r["a_wall_ns"]),
+            _pct(r["a_share"]),
+            _ms(r["b_wall_ns"]),
+            _pct(r["b_share"]),
+            f"{r['delta_ns'] / 1e6:+.3f}",
+            _signed(r.get("delta_pct")),
+            "n/a" if r.get("gpu_busy_delta_ns") is None else f"{r['gpu_busy_delta_ns'] / 1e6:+.3f}",
+        ]
+        for name, r in sorted(c["phases"].items(), key=lambda kv: -abs(kv[1]["delta_ns"]))
+    ]
+    head = ["phase", "A ms", "A share", "B ms", "B share", "delta ms", "delta",
+            "GPU busy delta ms"]  # fmt: skip
+    intro = (
+        f"<p>A: {_e(c.get('a'))}; B: {_e(c.get('b'))}. Shares are of each run's own window; "
+        "delta is B - A, in per cent of A's phase time.</p>"
+    )
+    return intro + _table(head, rows, left=1)
+
+
 def _whatcut_section(whatcut: Mapping[str, Any]) -> str:
     candidates = whatcut.get("candidates") or []
     if not candidates:
         reason = whatcut.get("not_available") or "no non-accelerable time"
         return f'<p class="na">Not available: {_e(reason)}.</p>'
+    if whatcut.get("mode") == "generic":
+        rows = [
+            [str(i), _phase(c["phase"]), _ms(c["wall_ns"]), _pct(c["share"]),
+             _x(c.get("speedup_if_removed"))]
+            for i, c in enumerate(candidates, 1)
+        ]  # fmt: skip
+        intro = (
+            "<p>Phases of this generic run, largest first, with the run's speedup if the phase "
+            "went to zero: W / (W - x), x the phase's exclusive time, W the window.</p>"
+        )
+        head = ["#", "phase", "time ms", "share of window", "speedup if removed"]
+        return intro + _table(head, rows, left=2)
     rows = [
         [
             str(i),
@@ -440,7 +510,13 @@ def render_report_html(
         + _whatcut_section(whatcut)
         + "</section>",
     ]
-    if comparison is not None:
+    if comparison is not None and comparison.get("kind") == "ab":
+        parts.append(
+            '<section id="compare"><h2>Compare: A/B, phase by phase</h2>'
+            + _ab_section(comparison)
+            + "</section>"
+        )
+    elif comparison is not None:
         parts.append(
             '<section id="compare"><h2>Compare: baseline vs speculative</h2>'
             + _compare_section(comparison)

@@ -97,8 +97,12 @@ def render_phases_text(
             f"note: {b.unclosed_ranges} phase range(s) on the driver thread never ended in the "
             "trace (a crashed or cut-off run); they are counted up to the window end"
         )
+    labels = {"gpu": "GPU columns", "cuda_api": "launches"}
     for what, reason in na.items():
-        lines.append(f"{'GPU columns' if what == 'gpu' else 'launches'}: not available ({reason})")
+        if what in labels:
+            lines.append(f"{labels[what]}: not available ({reason})")
+        else:
+            lines.append(f"hint: {reason}")
     return "\n".join(lines)
 
 

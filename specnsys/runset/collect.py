@@ -57,12 +57,17 @@ def find_traces(inputs: Sequence[str | Path]) -> list[Path]:
     found: list[Path] = []
     for item in inputs:
         path = Path(item)
-        if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix in TRACE_SUFFIXES and p.is_file())
-        elif path.exists():
-            found.append(path)
-        else:
-            raise BadInputError(f"{path}: no such trace or folder")
+        try:
+            if path.is_dir():
+                found += sorted(
+                    p for p in path.rglob("*") if p.suffix in TRACE_SUFFIXES and p.is_file()
+                )
+            elif path.exists():
+                found.append(path)
+            else:
+                raise BadInputError(f"{path}: no such trace or folder")
+        except OSError as exc:
+            raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     exports = {p.with_suffix("") for p in found if p.suffix == ".sqlite"}
     unique = [p for p in found if p.suffix == ".sqlite" or p.with_suffix("") not in exports]
     return list(dict.fromkeys(p.resolve() for p in unique))

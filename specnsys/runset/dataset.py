@@ -86,6 +86,8 @@ NESTED_COLUMNS: dict[tuple[str, str], tuple[str, pl.DataType]] = {
     ("per_range_ns", "verify_ns"): ("verify_range_ns", pl.Float64()),
     ("per_range_ns", "draft_step_ns"): ("draft_step_ns", pl.Float64()),
     ("per_range_ns", "draft_forward_ns"): ("draft_forward_ns", pl.Float64()),
+    ("gpu_time", "busy_ns"): ("gpu_busy_ns", pl.Int64()),
+    ("gpu_time", "idle_ns"): ("gpu_idle_ns", pl.Int64()),
 }
 
 PHASE_COLUMNS: dict[str, pl.DataType] = {

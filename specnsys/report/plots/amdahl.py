@@ -26,7 +26,7 @@ from specnsys.metrics.amdahl import amdahl_speedup
 from specnsys.metrics.whatcut import WhatCut, what_to_cut
 from specnsys.report.palette import phase_color
 from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
-from specnsys.report.plots.phases import accelerable_label, headline
+from specnsys.report.plots.phases import accelerable_label, generic_headline, headline
 
 __all__ = ["amdahl_data", "amdahl_figure"]
 
@@ -57,6 +57,8 @@ def amdahl_data(
     """
     if cut is None:
         cut = what_to_cut(analysis)
+    if analysis.get("mode") == "generic":
+        return _generic_data(cut, max_cuts + 1)
     p, _, sentence = headline(analysis, cut)
     if comparison is not None and comparison.get("p") is not None:
         p = float(comparison["p"])
@@ -100,11 +102,11 @@ def amdahl_data(
         # The curve's asymptote is its ceiling over the baseline, 1 / (1 - p - s); the
         # ranking's 1 / (1 - p') is over the run with the phase already cut, another frame,
         # so the legend gives p' and the baseline-frame ceiling only.
-        finite = math.isfinite(c.combined_ceiling)
-        both = f"{c.combined_ceiling:.1f}x {_FRAME}" if finite else "no limit"
+        combined, p_after = c.combined_ceiling or math.inf, c.p_after or 0.0  # set: not generic
+        both = f"{combined:.1f}x {_FRAME}" if math.isfinite(combined) else "no limit"
         curves.append(
-            curve(f"without {c.phase} ({c.share:.0%} of time): p' = {c.p_after:.2f}, "
-                  f"levels off at {both}", c.p_after, c.share, c.phase)
+            curve(f"without {c.phase} ({c.share:.0%} of time): p' = {p_after:.2f}, "
+                  f"levels off at {both}", p_after, c.share, c.phase)
         )  # fmt: skip
 
     points = []
@@ -126,8 +128,9 @@ def amdahl_data(
         title = sentence
         if picked:
             best = picked[0]
-            if math.isfinite(best.combined_ceiling):
-                title += f"; cutting {best.phase} as well lifts it to {best.combined_ceiling:.1f}x"
+            combined = best.combined_ceiling or math.inf
+            if math.isfinite(combined):
+                title += f"; cutting {best.phase} as well lifts it to {combined:.1f}x"
     note = None if points else "no operating point: give a baseline and a speculative run"
     return {
         "kind": "amdahl",
@@ -145,6 +148,46 @@ def amdahl_data(
     }
 
 
+def _generic_data(cut: WhatCut, count: int) -> dict[str, Any]:
+    """A generic run has no accelerable phase, hence no single p: one Amdahl curve per largest
+    named phase, ``p`` = its share of the window, ``r`` = how much faster that phase alone
+    gets. Every speedup is over the run as measured; each curve levels off at ``1 / (1 - p)``,
+    the run without that phase."""
+    picked = [c for c in cut.candidates if c.phase not in _CATCH_ALL][:count]
+    if not picked:
+        why = cut.not_available or "no named phase has time in the window"
+        return {"kind": "amdahl", "title": "Amdahl chart: not available", "not_available": why}
+    grid = _grid(1.0, 32.0)
+    curves = [
+        {
+            "label": f"{c.phase}: p = {c.share:.2f}, levels off at "
+            + (f"{1.0 / (1.0 - c.share):.2f}x" if c.share < 1.0 else "no limit"),
+            "p": c.share,
+            "ceiling": None if c.share >= 1.0 else 1.0 / (1.0 - c.share),
+            "phase": c.phase,
+            "r": grid,
+            "speedup": [amdahl_speedup(c.share, x) for x in grid],
+        }
+        for c in picked
+    ]
+    return {
+        "kind": "amdahl",
+        "title": generic_headline(cut),
+        "subtitle": "generic run (no forward/draft/verify phase): one curve per largest phase, "
+        "p = its share of the window\nS = 1 / ((1 - p) + p / r) over this run as measured; "
+        "dotted: where each curve levels off",
+        "p": None,
+        "ceiling": None,
+        "r_range": [1.0, 32.0],
+        "curves": curves,
+        "points": [],
+        "note": None,
+        "not_available": None,
+        "x_label": "r: speedup of that one phase (log scale)",
+        "y_label": "end-to-end speedup over this run",
+    }
+
+
 def amdahl_figure(data: Mapping[str, Any]) -> Figure:
     """Draw figure 2 from :func:`amdahl_data`."""
     with style("amdahl"):
@@ -159,7 +202,7 @@ def amdahl_figure(data: Mapping[str, Any]) -> Figure:
         top = 1.0
         for i, c in enumerate(data["curves"]):
             color = "#222222" if c["phase"] is None else phase_color(c["phase"])
-            style_ = "-" if i == 0 else "--"
+            style_ = "-" if i == 0 or data.get("p") is None else "--"
             ax.plot(c["r"], c["speedup"], style_, color=color, lw=2.2 if i == 0 else 1.6,
                     label=c["label"])  # fmt: skip
             if c["ceiling"] is not None:
@@ -183,8 +226,8 @@ def amdahl_figure(data: Mapping[str, Any]) -> Figure:
         bottom = min([0.0] + [pt["speedup"] for pt in data["points"]])
         ax.set_ylim(bottom, top * 1.12)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
-        ax.set_xlabel("r: speedup of the accelerable part (log scale)")
-        ax.set_ylabel(f"end-to-end speedup {_FRAME}")
+        ax.set_xlabel(data.get("x_label") or "r: speedup of the accelerable part (log scale)")
+        ax.set_ylabel(data.get("y_label") or f"end-to-end speedup {_FRAME}")
         ax.grid(True, which="major", color="#EEEEEE", lw=0.8)
         longest = max(len(c["label"]) for c in data["curves"])
         fig.legend(loc="outside lower center", ncol=1 if longest > 50 else 2, fontsize=8.5)

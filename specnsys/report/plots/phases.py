@@ -12,6 +12,7 @@ of the bar totals, i.e. the inverse of ``compare``'s measured speedup.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,7 +30,9 @@ from specnsys.report.plots.common import (
     suptitle,
 )
 
-__all__ = ["accelerable_label", "headline", "phases_data", "phases_figure"]
+__all__ = [
+    "accelerable_label", "generic_headline", "headline", "phases_data", "phases_figure",
+]
 
 _ACCEL_WORDS = {"forward": "decode forward", "draft+verify": "draft + verify"}
 
@@ -56,6 +59,8 @@ def headline(
     ceiling = analysis.get("amdahl_ceiling")
     ceiling = cut.ceiling if ceiling is None else float(ceiling)
     mode = analysis.get("mode")
+    if mode == "generic":
+        return None, None, generic_headline(cut)
     name = accelerable_label(analysis)
     if p is None:
         return None, None, f"{name}: no time to attribute ({cut.not_available})"
@@ -63,6 +68,24 @@ def headline(
     where = "" if mode == "baseline" else f" of the {mode or 'analyzed'} run"
     tail = f"ceiling {ceiling:.1f}x" if ceiling is not None else "no ceiling (p = 1)"
     return p, ceiling, f"{name} {verb} {p:.0%} of time{where}: {tail}"
+
+
+_CATCH_ALL = ("unannotated", "unattributed_gpu")  # time no phase range claims: not a cut by name
+
+
+def generic_headline(cut: WhatCut) -> str:
+    """The finding of a generic run (no accelerable phase): its largest named phase and the
+    speedup of the whole run if that phase went away, ``W / (W - x)``."""
+    named = [c for c in cut.candidates if c.phase not in _CATCH_ALL] or cut.candidates
+    if not named:
+        return f"generic run: no phase time ({cut.not_available})"
+    top = named[0]
+    gain = (
+        f"without it the run would be {top.speedup_if_removed:.2f}x faster"
+        if math.isfinite(top.speedup_if_removed)
+        else "it is the whole window"
+    )
+    return f"{top.phase} is {top.share:.0%} of the run's time: {gain}"
 
 
 def phases_data(

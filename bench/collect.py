@@ -1,0 +1,112 @@
+"""``specnsys collect`` throughput: 1 vs 2 workers (local pool, and Dask LocalCluster), and the
+per-trace overhead of a collect against a single ``analyze``.
+
+Load: N copies (default 48) of the 8 bundled sample traces (CPU captures, 0.4-1 MB each,
+0.7-1.8k NVTX rows), each copy its own file so that every trace is a cold ingest. Every
+contender starts from an empty cache folder (``SPECNSYS_CACHE_DIR``) and an empty dataset, and
+runs as a CLI subprocess (interpreter start and imports included):
+
+- ``analyze`` of one trace, cold, repeated over the first traces: the per-trace reference;
+- ``collect --workers 1`` and ``--workers 2`` over all N traces (process pool);
+- ``collect --dask local --workers 1|2`` (LocalCluster; skipped without ``distributed``).
+
+Printed: wall time, traces per second, the 2-worker speedup over 1 worker, and the per-trace
+overhead of collect ``(collect_wall / N) / analyze_wall``: below 1 means collecting N traces
+costs less per trace than N separate ``analyze`` runs (one interpreter per worker, not per
+trace). The machine's core count bounds the speedup (``os.cpu_count()`` is printed).
+
+Usage:
+  python bench/collect.py [--traces 48] [--repeat 1] [--no-dask]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
+
+def _run(args: list[str], cache: Path) -> float:
+    env = {**os.environ, "SPECNSYS_CACHE_DIR": str(cache)}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", *args], env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"specnsys {' '.join(args)} failed: {done.stderr.strip()}")
+    return wall
+
+
+def _traces(folder: Path, n: int) -> list[Path]:
+    samples = sorted(SAMPLES.glob("*.sqlite"))
+    folder.mkdir(parents=True)
+    out = []
+    for i in range(n):
+        src = samples[i % len(samples)]
+        target = folder / f"{src.stem}_copy{i:03d}.sqlite"
+        shutil.copyfile(src, target)
+        out.append(target)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traces", type=int, default=48, help="traces collected (>= 40)")
+    ap.add_argument("--repeat", type=int, default=1, help="repetitions (median reported)")
+    ap.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster runs")
+    args = ap.parse_args()
+    dask = not args.no_dask and importlib.util.find_spec("distributed") is not None
+    print(f"cpu_count {os.cpu_count()}  load average {os.getloadavg()}")
+    with tempfile.TemporaryDirectory(prefix="specnsys-bench-collect-") as tmp:
+        root = Path(tmp)
+        traces = _traces(root / "traces", args.traces)
+        size = sum(p.stat().st_size for p in traces)
+        print(f"load: {len(traces)} traces, {size / 1e6:.1f} MB ({len(traces) // 8} copies of "
+              "each of the 8 sample traces)")
+        contenders: dict[str, list[str]] = {
+            "collect pool, 1 worker": ["--workers", "1"],
+            "collect pool, 2 workers": ["--workers", "2"],
+        }
+        if dask:
+            contenders["collect dask local, 1 worker"] = ["--dask", "local", "--workers", "1"]
+            contenders["collect dask local, 2 workers"] = ["--dask", "local", "--workers", "2"]
+        walls: dict[str, list[float]] = {name: [] for name in ["analyze (one trace)", *contenders]}
+        for rep in range(args.repeat):
+            singles = []
+            for i, trace in enumerate(traces[:8]):
+                singles.append(_run(["analyze", str(trace)], root / f"cache-a{rep}-{i}"))
+            walls["analyze (one trace)"].append(statistics.median(singles))
+            for name, extra in contenders.items():
+                tag = f"{rep}-{name.replace(' ', '_').replace(',', '')}"
+                walls[name].append(
+                    _run(["collect", str(root / "traces"), "-o", str(root / f"ds-{tag}"), *extra],
+                         root / f"cache-{tag}")
+                )  # fmt: skip
+        single = statistics.median(walls["analyze (one trace)"])
+        print(f"\n{'contender':<32}{'wall s':>9}{'traces/s':>10}{'overhead/trace':>16}")
+        print(f"{'analyze (one trace, median of 8)':<32}{single:>9.2f}{1 / single:>10.2f}"
+              f"{1.0:>16.2f}")
+        medians = {name: statistics.median(w) for name, w in walls.items()}
+        for name in contenders:
+            wall = medians[name]
+            per = wall / len(traces)
+            print(f"{name:<32}{wall:>9.2f}{len(traces) / wall:>10.2f}{per / single:>16.2f}")
+        for kind in ("pool", "dask local"):
+            one, two = f"collect {kind}, 1 worker", f"collect {kind}, 2 workers"
+            if one in medians and two in medians:
+                print(f"{kind}: 2 workers / 1 worker throughput = {medians[one] / medians[two]:.2f}x")
+    print(f"load average after {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The largest kernels of each phase: which GPU work a phase's time is made of.
+
+A phase's row in the breakdown says how long it took and how busy the GPU was; it does not say
+*what* ran. This ranks, per phase, the kernels by their summed GPU time inside the analysis
+window, with their launch count. Each kernel gets the phase it was launched in by the
+attribution layer (:func:`~specnsys.attribution.gpu_ops_with_phase`, through the analysis's
+:class:`~specnsys.attribution.context.AttributionContext`: the phase index and the attributed
+runtime calls are the ones the breakdown used, not rebuilt). Durations are clipped to the
+window, so no kernel time outside it is counted.
+
+The denominator of each ``share`` is the phase's summed kernel time (``kernel_ns``): the sum of
+its kernels' durations, which exceeds the phase's GPU busy time when kernels overlap on
+several streams. Only kernels count (not memcpy/memset).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from specnsys.attribution.context import attribution_context
+from specnsys.attribution.launch import gpu_ops_with_phase
+
+if TYPE_CHECKING:
+    from specnsys.ingest import Trace
+    from specnsys.metrics.events import Scope
+
+__all__ = ["TOP_KERNELS", "top_kernels_by_phase"]
+
+TOP_KERNELS = 5
+"""Kernels listed per phase: enough to name what dominates, few enough to read."""
+
+
+def top_kernels_by_phase(
+    trace: Trace, scope: Scope, n: int = TOP_KERNELS
+) -> tuple[dict[str, Any] | None, str | None]:
+    """``({"by_phase": {phase: {...}}, ...}, None)`` or ``(None, reason)``.
+
+    Per phase: ``kernel_ns`` (summed clipped kernel time), ``kernels`` (launches) and ``top``:
+    at most *n* rows ``{name, count, time_ns, share}``, largest time first (ties by name), with
+    ``share = time_ns / kernel_ns``.
+    """
+    if not trace.summary.capabilities["gpu_activity"].available or scope.pid is None:
+        return None, "no GPU kernels in this trace (or no process to attribute them to)"
+    ws, we = scope.start_ns, scope.end_ns
+    with attribution_context(trace, scope.rules, scope.context) as shared:
+        ops = gpu_ops_with_phase(
+            trace, rules=scope.rules, pid=scope.pid, window=(ws, we),
+            index=shared.phase_index(), runtime=shared.runtime(scope.pid),
+        )  # fmt: skip
+    clipped = (
+        pl.min_horizontal("end", pl.lit(we)) - pl.max_horizontal("start", pl.lit(ws))
+    ).alias("ns")
+    per_name = (
+        ops.lazy()
+        .filter((pl.col("op_kind") == "kernel") & (pl.col("end") > pl.col("start")))
+        .with_columns(clipped, pl.col("name").fill_null("(unnamed kernel)"))
+        .filter(pl.col("ns") > 0)
+        .group_by("phase", "name")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("ns").sum().cast(pl.Int64))
+        .collect()
+    )
+    if per_name.height == 0:
+        return None, "no kernels ran in the analysis window"
+    totals = per_name.group_by("phase").agg(
+        pl.col("ns").sum().alias("kernel_ns"), pl.col("count").sum().alias("kernels")
+    )
+    ranked = (
+        per_name.join(totals, on="phase")
+        .sort(["phase", "ns", "name"], descending=[False, True, False])
+        .group_by("phase", maintain_order=True)
+        .head(n)
+    )
+    by_phase: dict[str, Any] = {}
+    for row in totals.sort(["kernel_ns", "phase"], descending=[True, False]).iter_rows(
+        named=True
+    ):
+        top = ranked.filter(pl.col("phase") == row["phase"])
+        by_phase[row["phase"]] = {
+            "kernel_ns": int(row["kernel_ns"]),
+            "kernels": int(row["kernels"]),
+            "top": [
+                {
+                    "name": r["name"],
+                    "count": int(r["count"]),
+                    "time_ns": int(r["ns"]),
+                    "share": r["ns"] / row["kernel_ns"],
+                }
+                for r in top.iter_rows(named=True)
+            ],
+        }
+    return {
+        "per_phase": n,
+        "share_of": "kernel_ns: the phase's summed kernel time in the window (overlaps count twice)",
+        "by_phase": by_phase,
+    }, None
