@@ -372,6 +372,13 @@ def test_two_gpu_corpus_answers_per_rank(path: Path) -> None:
         }
         mine = projection.filter(pl.col("pid") == rank.pid)
         assert ours == _innermost_ops(mine, parents, phase_ids)
+    # analyze (a generic run under --rules torch) has the same ranks section
+    analyzed = specnsys.analyze(path, rules="torch").ranks
+    assert analyzed is not None and [r["pid"] for r in analyzed["ranks"]] == [
+        r["pid"] for r in doc["ranks"]
+    ]
+    for row in analyzed["ranks"]:
+        assert sum(p["wall_ns"] for p in row["phases"].values()) == row["window_ns"]
 
 
 def _innermost_ops(

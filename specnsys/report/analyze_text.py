@@ -423,10 +423,10 @@ def _render_generic_text(d: dict[str, Any]) -> str:
         # no accelerable phase: the table's footnote about them does not apply
         *_phase_table(d, max([16, *(min(len(p), 40) + 2 for p in d["phases"])]), 40)[:-1],
     ]
-    for block in (_top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
+    for block in (_ranks(d), _top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
         if block:
             lines += ["", *block]
-    lines += _not_available(d["not_available"])
+    lines += _not_available(d["not_available"], skip=("ranks",))
     if d["warnings"]:
         lines += ["", *_warnings(d["warnings"])]
     return "\n".join(lines)
