@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from specnsys.ingest import Trace
     from specnsys.metrics import Analysis, Comparison
     from specnsys.metrics.ab_compare import ABComparison
+    from specnsys.metrics.ranks import Rank
     from specnsys.report.build import Run
 
 #: What ``import specnsys`` exposes from here (besides the result classes below).
@@ -273,6 +274,10 @@ class Phases:
     categories: pl.DataFrame | None = None
     """With ``by="category"``: GPU op time per ``phase`` and kernel ``category`` (``ops``,
     ``gpu_ns``; shares are of the summed GPU op time)."""
+    ranks: tuple[Rank, ...] | None = None
+    """With ``all_processes``: every process that launched GPU work or has phase ranges, in
+    rank order (:mod:`specnsys.metrics.ranks`; one entry, the breakdown's, for a
+    single-process trace)."""
 
     @property
     def frame(self) -> pl.DataFrame:
@@ -280,10 +285,34 @@ class Phases:
         return self.breakdown.frame
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``phases --json`` document."""
+        """The ``phases --json`` document (with ``all_processes``: :meth:`ranks_dict`)."""
         from specnsys.report.phases_text import phases_dict
 
+        if self.ranks is not None:
+            return self.ranks_dict()
         return phases_dict(self.breakdown, self.not_available)
+
+    def ranks_dict(self) -> dict[str, Any]:
+        """``phases --all-processes --json``: :func:`specnsys.metrics.ranks.ranks_dict` with
+        each rank's full phase rows (``phases --json``'s columns plus ``nccl_ns`` and
+        ``nccl_kernels``) and ``not_available``."""
+        from specnsys.metrics.ranks import ranks_dict
+        from specnsys.report.phases_text import phases_dict
+
+        ranks = list(self.ranks or ())
+        doc = ranks_dict(ranks, "gpu" not in self.not_available)
+        for rank, row in zip(ranks, doc["ranks"], strict=True):
+            full = phases_dict(rank.breakdown, self.not_available)["phases"]
+            for name, phase in full.items():  # type: ignore[attr-defined]
+                nccl = row["phases"].get(name, {})
+                phase["nccl_ns"] = nccl.get("nccl_ns", 0 if "gpu" not in self.not_available else None)
+                phase["nccl_kernels"] = nccl.get(
+                    "nccl_kernels", 0 if "gpu" not in self.not_available else None
+                )
+            row["phases"] = full
+            row["rules"] = rank.breakdown.rules
+            row["unclosed_ranges"] = rank.breakdown.unclosed_ranges
+        return {**doc, "not_available": self.not_available}
 
 
 def phases(
@@ -293,24 +322,34 @@ def phases(
     pid: int | None = None,
     use_cache: bool = True,
     by: str = "phase",
+    all_processes: bool = False,
 ) -> Phases:
     """Exclusive wall time per phase of one trace, summing to its window exactly; works on any
     annotated trace (or any trace under ``rules="nvtx"``), baseline or speculative or neither.
     ``by="category"`` also splits the GPU op time of the window by kernel category and phase
-    (:mod:`specnsys.attribution.categories`)."""
+    (:mod:`specnsys.attribution.categories`). *all_processes*: every process that launched
+    GPU work or has phase ranges, each over its own window, with its NCCL time per phase and
+    the straggler (:mod:`specnsys.metrics.ranks`); the result's ``ranks``."""
     from specnsys.attribution.category_time import phase_categories
     from specnsys.attribution.timeline import exclusive_phase_times
 
     if by not in ("phase", "category"):
         raise UsageError(f"phases are split by 'phase' or 'category', not {by!r}")
+    if all_processes and pid is not None:
+        raise UsageError("--all-processes shows every process; --pid shows one: give one of them")
+    if all_processes and by != "phase":
+        raise UsageError("--all-processes splits by phase; --by category shows one process")
     mapping = resolve_rules(rules)
     categories = None
+    ranks: tuple[Rank, ...] | None = None
     with _checked(path, use_cache, mapping) as (trace, notes, context):
         breakdown = exclusive_phase_times(trace, pid=pid, rules=context.rules, context=context)
         caps = trace.summary.capabilities
         window = (breakdown.window_start_ns, breakdown.window_end_ns)
         if by == "category" and breakdown.window_ns > 0:
             categories = phase_categories(trace, context.rules, breakdown.pid, window, context)
+        if all_processes and breakdown.window_ns > 0:
+            ranks = _all_ranks(trace, context, breakdown)
     if breakdown.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
         raise BadInputError(f"{path}: nothing to attribute ({who} no phase ranges or GPU work)")
@@ -321,7 +360,20 @@ def phases(
     }
     if not caps["nvtx_ranges"].available:
         not_available["phase_ranges"] = PHASE_RANGES_HINT
-    return Phases(str(path), breakdown, not_available, tuple(notes), categories)
+    return Phases(str(path), breakdown, not_available, tuple(notes), categories, ranks)
+
+
+def _all_ranks(
+    trace: Trace, context: AttributionContext, breakdown: PhaseBreakdown
+) -> tuple[Rank, ...]:
+    """Every process's rank (:func:`specnsys.metrics.ranks.rank_breakdowns`), or the one
+    process of *breakdown* as rank 0 when there is no other."""
+    from specnsys.metrics.ranks import rank_breakdowns
+
+    ranks = rank_breakdowns(trace, context.rules, context, known=breakdown)
+    if ranks or breakdown.pid is None:
+        return tuple(ranks)
+    return tuple(rank_breakdowns(trace, context.rules, context, breakdown, [breakdown.pid]))
 
 
 @dataclass(frozen=True)

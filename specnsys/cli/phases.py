@@ -6,6 +6,7 @@ import argparse
 import json
 
 from specnsys import api
+from specnsys.report.analyze_text import straggler_line
 from specnsys.report.phases_text import (
     categories_dict,
     phases_dict,
@@ -32,6 +33,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="category: also split the GPU op time by kernel category (GEMM, attention, "
         "sampling, top-k/top-p, NCCL, ...) and the phase that launched it",
     )
+    p.add_argument(
+        "--all-processes",
+        action="store_true",
+        help="every process that launched GPU work or has phase ranges (tensor-parallel ranks, "
+        "engine core), each over its own window, with NCCL time per phase and the straggler",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
@@ -39,8 +46,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     result = api.phases(
         args.trace, rules=args.rules or None, pid=args.pid, use_cache=not args.no_cache,
-        by=args.by,
+        by=args.by, all_processes=args.all_processes,
     )  # fmt: skip
+    if result.ranks is not None:
+        print(json.dumps(result.to_dict(), indent=2) if args.json else _ranks_text(result))
+        api.warn(result)
+        return 0
     categories = result.categories
     if args.json:
         doc = phases_dict(result.breakdown, result.not_available)
@@ -54,3 +65,35 @@ def run(args: argparse.Namespace) -> int:
             print(render_categories_text(categories))
     api.warn(result)
     return 0
+
+
+def _ranks_text(result: api.Phases) -> str:
+    """Each process's table (``render_phases_text``) with its rank, NCCL time and lag, then
+    the union window and the straggler."""
+    doc = result.to_dict()
+    blocks = []
+    ranks = result.ranks or ()
+    for rank, row in zip(ranks, doc["ranks"], strict=True):
+        device = "no GPU work" if row["device"] is None else f"device {row['device']}"
+        nccl = row["nccl_ns"]
+        head = (
+            f"rank {row['rank']}: pid {row['pid']} ({row['process'] or 'unnamed'}), {device}; "
+            f"NCCL {'n/a' if nccl is None else f'{nccl / 1e6:.3f} ms'} in "
+            f"{row['nccl_kernels'] or 0:,} kernels; {row['steps']:,} {row['step_phase']} steps"
+        )
+        by_phase = sorted(
+            ((n, r["nccl_ns"]) for n, r in row["phases"].items() if r["nccl_ns"]),
+            key=lambda kv: (-kv[1], kv[0]),
+        )
+        if by_phase:
+            head += "\nNCCL launched in: " + ", ".join(
+                f"{n} {ns / 1e6:.3f} ms" for n, ns in by_phase[:3]
+            ) + (f", {len(by_phase) - 3} more phases" if len(by_phase) > 3 else "")
+        blocks.append(head + "\n" + render_phases_text(rank.breakdown, result.not_available))
+    tail = (
+        f"{doc['processes']} processes (ranks {doc['order']}); together "
+        f"{doc['window_ns'] / 1e6:.3f} ms ({doc['window_of']})\n"
+        + straggler_line(doc["straggler"] if doc["processes"] > 1 else None)
+    )
+    notes = "".join(f"\nnote: {n}" for n in doc["notes"])
+    return "\n\n".join([*blocks, tail + notes])

@@ -34,6 +34,7 @@ from specnsys.metrics.acceptance import acceptance_stats
 from specnsys.metrics.bandwidth import memory_bandwidth
 from specnsys.metrics.events import Scope, resolve
 from specnsys.metrics.memory import device_memory
+from specnsys.metrics.ranks import ranks_of_analysis
 from specnsys.metrics.requests import distribution, request_latencies
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
 from specnsys.metrics.top_kernels import top_kernels_by_phase
@@ -69,8 +70,9 @@ _MISSING_EVERYTHING = (
 #: Version of the metrics' definitions, part of the key of analyses kept in the trace cache:
 #: bump it whenever a change here would give a different result.
 # 2: tokens derived from acceptance marks / forward steps, tokens_source;
-# 3: the generic mode, gpu_time and top_kernels; 4: kernel categories per phase
-ANALYSIS_VERSION = 4
+# 3: the generic mode, gpu_time and top_kernels; 4: ranks (every process of a multi-process
+# run, specnsys.metrics.ranks); 5: kernel categories per phase
+ANALYSIS_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,10 @@ class Analysis:
     top_kernels: dict[str, Any] | None = None
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    ranks: dict[str, Any] | None = None
+    """Every process that launched GPU work or has phase ranges, when there are several and
+    no ``pid`` was given (:func:`specnsys.metrics.ranks.ranks_dict`); else None, and
+    ``not_available["ranks"]`` says why."""
     breakdown: PhaseBreakdown | None = field(default=None, compare=False, repr=False)
     data_warnings: tuple[str, ...] = field(default=(), compare=False)
     """What the export's data-quality checks found (``PATH: note``), filled in by
@@ -175,6 +181,7 @@ class Analysis:
             "top_kernels": self.top_kernels,
             "not_available": dict(self.not_available),
             "warnings": list(self.warnings),
+            "ranks": self.ranks,
         }
 
     def with_tokens(self, tokens: int) -> Analysis:
@@ -441,6 +448,9 @@ def _analyze(
     if unclosed:
         warnings.append(f"{unclosed} phase ranges never closed; counted up to the window end")
     warnings.extend(getattr(b, "graph_notes", ()))  # graph work left on its launch's phase
+    ranks, ranks_reason = ranks_of_analysis(trace, mapping, b, pid, gpu, context)
+    if ranks_reason:
+        na["ranks"] = ranks_reason
 
     return Analysis(
         path=path,
@@ -472,6 +482,7 @@ def _analyze(
         top_kernels=top,
         not_available=na,
         warnings=warnings,
+        ranks=ranks,
         breakdown=b,
     )
 

@@ -246,6 +246,89 @@ def _memory(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: Phases shown per rank in the text (the JSON lists every phase).
+RANK_PHASE_ROWS = 12
+
+
+def _rank_label(r: dict[str, Any]) -> str:
+    return f"r{r['rank']} pid {r['pid']}"
+
+
+def _lag(ns: float | None) -> str:
+    """A lag in the unit that shows it: ms, us or ns (steps of a lockstep run differ by
+    microseconds, which ms with three digits would print as 0.000)."""
+    if ns is None:
+        return "n/a"
+    if abs(ns) >= MS:
+        return f"{ns / MS:.3f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:g} ns"
+
+
+def straggler_line(s: dict[str, Any] | None) -> str:
+    """One sentence on the straggler of a ``ranks`` document."""
+    if s is None:
+        return "straggler: none"
+    who = f"rank {s['rank']} (pid {s['pid']}, {s['process'] or 'unnamed'})"
+    if s["basis"] == "steps":
+        return (
+            f"straggler: {who}: its {s['step_phase']} steps end a median "
+            f"{_lag(s['median_lag_ns'])} (max {_lag(s['max_lag_ns'])}) after the earliest "
+            f"rank's, over {s['matched_steps']:,} steps matched by index"
+        )
+    return (
+        f"straggler: {who}: its window ends {_lag(s['window_end_lag_ns'])} after the earliest "
+        "rank's (some rank has no step ranges to match)"
+    )
+
+
+def _ranks(d: dict[str, Any]) -> list[str]:
+    """Per process: window, phases (top rows by total wall time), NCCL, and the straggler."""
+    doc = d.get("ranks")
+    if not doc:
+        return []
+    ranks = doc["ranks"]
+    totals: dict[str, int] = {}
+    for r in ranks:
+        for name, row in r["phases"].items():
+            totals[name] = totals.get(name, 0) + row["wall_ns"]
+    names = sorted(totals, key=lambda n: (-totals[n], n))
+    width = max(16, *(min(len(n), 30) + 2 for n in names[:RANK_PHASE_ROWS]))
+    col = max(14, *(len(_rank_label(r)) + 2 for r in ranks))
+    lines = [
+        f"{doc['processes']} processes ran GPU work or phase ranges; the figures above are "
+        f"process {d['pid']}'s. Each process over its own window (wall ms; its phases sum to "
+        "it), ranks by device then pid (the trace holds no NCCL rank); NCCL ms: NCCL kernel "
+        "time (concurrent kernels each count):",
+        f"{'':<{width}}" + "".join(f"{_rank_label(r):>{col}}" for r in ranks),
+        f"{'process':<{width}}" + "".join(f"{(r['process'] or '-')[: col - 2]:>{col}}" for r in ranks),
+        f"{'device':<{width}}"
+        + "".join(f"{'-' if r['device'] is None else r['device']:>{col}}" for r in ranks),
+        f"{'window ms':<{width}}" + "".join(f"{_ms(r['window_ns']):>{col}}" for r in ranks),
+    ]
+    for name in names[:RANK_PHASE_ROWS]:
+        label = name if len(name) <= 30 else name[:29] + "…"
+        cells = "".join(
+            f"{_ms(r['phases'][name]['wall_ns']) if name in r['phases'] else '-':>{col}}"
+            for r in ranks
+        )
+        lines.append(f"{label:<{width}}{cells}")
+    if len(names) > RANK_PHASE_ROWS:
+        lines.append(f"({len(names) - RANK_PHASE_ROWS} more phases: --json lists all)")
+    lines.append(f"{'NCCL ms':<{width}}" + "".join(f"{_ms(r['nccl_ns']):>{col}}" for r in ranks))
+    lines.append(
+        f"{'steps':<{width}}" + "".join(f"{r['steps']:>{col},}" for r in ranks)
+    )
+    lines.append(
+        f"all processes: {_ms(doc['window_ns'])} ms, from the earliest window start to the "
+        "latest window end"
+    )
+    lines.append(straggler_line(doc["straggler"]))
+    lines += [f"note: {n}" for n in doc["notes"]]
+    return lines
+
+
 def _window_basis(d: dict[str, Any]) -> str:
     if d["requests"]:
         return "first request start to last request end"
@@ -326,10 +409,13 @@ def render_analysis_text(d: dict[str, Any]) -> str:
         "",
         *_phase_table(d),
     ]
-    for block in (_acceptance(d), _top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
+    for block in (
+        _ranks(d), _acceptance(d), _top_kernels(d), _latency(d), _bandwidth(d), _memory(d)
+    ):
         if block:
             lines += ["", *block]
-    lines += _not_available(d["not_available"])
+    # no ranks section is the single-process view: nothing to say where nothing changed
+    lines += _not_available(d["not_available"], skip=("ranks",))
     if d["warnings"]:
         lines += ["", *_warnings(d["warnings"])]
     return "\n".join(lines)
@@ -345,10 +431,10 @@ def _render_generic_text(d: dict[str, Any]) -> str:
         # no accelerable phase: the table's footnote about them does not apply
         *_phase_table(d, max([16, *(min(len(p), 40) + 2 for p in d["phases"])]), 40)[:-1],
     ]
-    for block in (_top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
+    for block in (_ranks(d), _top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
         if block:
             lines += ["", *block]
-    lines += _not_available(d["not_available"])
+    lines += _not_available(d["not_available"], skip=("ranks",))
     if d["warnings"]:
         lines += ["", *_warnings(d["warnings"])]
     return "\n".join(lines)

@@ -457,6 +457,7 @@ def _not_available(
         [_e(label), _e(metric), f'<span class="text">{_e(reason)}</span>']
         for label, a in runs
         for metric, reason in (a.get("not_available") or {}).items()
+        if metric != "ranks"  # one process analysed is the report's view, not a missing figure
     ]
     rows += [
         ["comparison", _e(metric), f'<span class="text">{_e(reason)}</span>']
