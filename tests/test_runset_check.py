@@ -141,21 +141,22 @@ def _capture(out: Path, *extra: str) -> Path:
 @pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH")
 def test_an_injected_sample_delay_is_caught_and_a_repeat_passes(tmp_path: Path) -> None:
     """Real captures: two repeats of a configuration pass against each other; the same
-    configuration with 2 ms slept in every step's sample phase fails, naming sample."""
+    configuration with 5 ms slept in every step's sample phase (several times a step's own
+    cost) fails, naming sample. The gate is 50%: on a shared 2-core machine a repeat of these
+    short runs was measured to scatter by more than 25% under load."""
     pytest.importorskip("torch")
     base = _capture(tmp_path / "base_r1")
     repeat = _capture(tmp_path / "base_r2")
-    slow = _capture(tmp_path / "slow", "--sample-delay-ms", "2")
-    # a repeat on a shared 2-core machine scatters by several per cent: a 25% gate
+    slow = _capture(tmp_path / "slow", "--sample-delay-ms", "5")
     same = subprocess.run(
         [sys.executable, "-m", "specnsys", "check", str(base), str(repeat),
-         "--max-regression", "25%", "--json"],
+         "--max-regression", "50%", "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert same.returncode == 0, same.stdout + same.stderr
     caught = subprocess.run(
         [sys.executable, "-m", "specnsys", "check", str(base), str(slow),
-         "--max-regression", "25%", "--json"],
+         "--max-regression", "50%", "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert caught.returncode == 1, caught.stdout + caught.stderr
