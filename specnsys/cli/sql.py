@@ -110,20 +110,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_on_dataset(args)
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
         # Second line behind Trace.sql's statement check: no file outside the cache folder.
-        lock_down(trace.connection, [trace.cache_folder] if trace.cache_folder else [])
-        if args.output is not None:
-            check_output_path(args.output, [Path(args.trace), trace.path, cache.cache_root()])
-        with _answering(trace.connection, args.timeout):
-            relation = trace.sql(args.query)
-            if relation is None:
-                raise UsageError(
-                    "the query holds no statement (only comments or blanks); give a SELECT"
-                )
-            result = _render(_unique_columns(relation), args.format, args.max_rows)
-    if isinstance(result, str):
-        _write_text(result, args.output)
-    else:
-        _write_parquet(result, args.output)
+        readable = [trace.cache_folder] if trace.cache_folder else []
+        protected = [Path(args.trace), trace.path, cache.cache_root()]
+        result = _answer(args, trace.connection, trace.sql, readable, protected)
+    _write(result, args.output)
     return 0
 
 
@@ -141,21 +131,37 @@ def _run_on_dataset(args: argparse.Namespace) -> int:
     from specnsys.runset.reader import DatasetReader
 
     with DatasetReader(args.trace) as dataset:
-        lock_down(dataset.connection, [dataset.root])
-        if args.output is not None:
-            check_output_path(args.output, [dataset.root])
-        with _answering(dataset.connection, args.timeout):
-            relation = dataset.sql(args.query)
-            if relation is None:
-                raise UsageError(
-                    "the query holds no statement (only comments or blanks); give a SELECT"
-                )
-            result = _render(_unique_columns(relation), args.format, args.max_rows)
-    if isinstance(result, str):
-        _write_text(result, args.output)
-    else:
-        _write_parquet(result, args.output)
+        result = _answer(
+            args, dataset.connection, dataset.sql, [dataset.root], [dataset.root]
+        )
+    _write(result, args.output)
     return 0
+
+
+def _answer(
+    args: argparse.Namespace,
+    con: duckdb.DuckDBPyConnection,
+    query: Callable[[str], duckdb.DuckDBPyRelation | None],
+    readable: list[Path],
+    protected: list[Path],
+) -> str | pa.Table:
+    """Lock *con* to the *readable* folders, refuse an ``-o`` over a *protected* path, run
+    the query (through *query*, which checks it is read-only) and render it."""
+    lock_down(con, readable)
+    if args.output is not None:
+        check_output_path(args.output, protected)
+    with _answering(con, args.timeout):
+        relation = query(args.query)
+        if relation is None:
+            raise UsageError("the query holds no statement (only comments or blanks); give a SELECT")
+        return _render(_unique_columns(relation), args.format, args.max_rows)
+
+
+def _write(result: str | pa.Table, output: Path | None) -> None:
+    if isinstance(result, str):
+        _write_text(result, output)
+    else:
+        _write_parquet(result, output)
 
 
 @contextlib.contextmanager
