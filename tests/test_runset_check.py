@@ -161,4 +161,7 @@ def test_an_injected_sample_delay_is_caught_and_a_repeat_passes(tmp_path: Path) 
     )  # fmt: skip
     assert caught.returncode == 1, caught.stdout + caught.stderr
     group = json.loads(caught.stdout)["groups"][0]
-    assert [p["phase"] for p in group["phases"] if p["regressed"]] == ["sample"]
+    # sample is named, first (phases are ordered by their share of the change); on a loaded
+    # machine another phase may also move past the gate, so that is not ruled out
+    regressed = [p["phase"] for p in group["phases"] if p["regressed"]]
+    assert regressed[:1] == ["sample"], group["phases"][:3]
