@@ -208,15 +208,15 @@ def run(folder: Path, dest: Path) -> int:
     manifest = load_manifest(folder)
     parts, note = checked_parts(folder, manifest)
     caps = streamed(manifest)
-    nsys = find_nsys()
-    if nsys is None:
-        raise BadInput("nsys not found (set SPECNSYS_NSYS or put nsys on PATH)")
-    if note:
-        print(f"{PROG}: note: {note}")
     dest.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{PROG}-", dir=dest))
     try:
-        unpack(parts, caps, work)
+        unpack(parts, caps, work)  # every input check comes before any need for nsys
+        nsys = find_nsys()
+        if nsys is None:
+            raise BadInput("nsys not found (set SPECNSYS_NSYS or put nsys on PATH)")
+        if note:
+            print(f"{PROG}: note: {note}")
         failed = 0
         for cap in caps:
             if cap.path is not None:
