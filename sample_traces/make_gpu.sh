@@ -302,7 +302,8 @@ packer_pid=$!
 exec 3>"$work/stream"
 stream_offset=0
 
-parts_bytes() { cat "$out"/captures.xz.part-* 2>/dev/null | wc -c; }
+parts_bytes() { local n=0 f; for f in "$out"/captures.xz.part-*; do
+    [[ -f $f ]] && n=$((n + $(stat -c %s "$f"))); done; echo $n; }
 
 # capture NAME ARGS...: one nsys run; its exit status, never the script's
 capture() {
@@ -343,7 +344,7 @@ for entry in "${plan[@]}"; do
         gpu_metrics=off
         capture "$name" "${run_args[@]}"
     fi
-    tail -n 15 "$work/$name.log" >"$work/$name.tail"
+    tail -n 25 "$work/$name.log" >"$work/$name.tail"  # nsys's warnings (CUPTI...) land here
     stream=$work/$name.qdstrm
     if [[ -f $stream ]]; then
         size=$(stat -c %s "$stream")

@@ -287,3 +287,18 @@ def test_failed_capture_is_recorded_not_hidden(unpacked_target: Path, tmp_path: 
     assert "-t cuda,nvtx,osrt" in cap["command"] and "--cuda-memory-usage=true" in cap["command"]
     assert manifest["stream"]["xz_exit_status"] == 0
     assert "0 of 1 captures ok" in done.stdout
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_captures_past_the_deadline_are_recorded_as_skipped(
+    unpacked_target: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    done = run_make("--device", "cpu", "--deadline-s", "0", unpacked_target, out)
+    assert done.returncode == 1  # nothing captured is not a success
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [(c["name"], c["status"]) for c in manifest["captures"]] == [
+        ("spec_tiny_c4_k4", "skipped"), ("baseline_tiny_c4", "skipped")]
+    assert all("deadline" in c["reason"] for c in manifest["captures"])
+    assert manifest["stream"]["uncompressed_bytes"] == 0
