@@ -20,6 +20,9 @@
 #   --deadline-s N        start no capture after N s (default 330); --capture-timeout-s N:
 #                         SIGINT a capture still running after N s (default 120)
 #   --stream-budget-mib N start no capture once the packed stream holds N MiB (default 40)
+#   --gpu-metrics auto|on|off  auto (default): on when the cuda plan's nsys lists GPU 0 for
+#                         --gpu-metrics-device; on: always try (a capture that fails with them
+#                         is retried without); off: never
 #   --xz-preset N         xz preset of the stream (default 6; 1 is twice as fast and 3% larger
 #                         on two CPU captures; the window is 192 MiB either way)
 #
@@ -60,7 +63,7 @@ prog=make_gpu.sh
 die() { echo "$prog: error: $*" >&2; exit 2; }
 
 device=cuda only="" wheels="" py=${PYTHON:-python3}
-deadline_s=330 capture_timeout_s=120 stream_budget_mib=40 xz_preset=6
+deadline_s=330 capture_timeout_s=120 stream_budget_mib=40 xz_preset=6 gm_mode=auto
 invocation=$(printf '%q ' "$0" "$@")
 args=()
 while (($#)); do
@@ -73,6 +76,7 @@ while (($#)); do
         --capture-timeout-s) capture_timeout_s=${2:?}; shift 2 ;;
         --stream-budget-mib) stream_budget_mib=${2:?}; shift 2 ;;
         --xz-preset) xz_preset=${2:?}; shift 2 ;;
+        --gpu-metrics) gm_mode=${2:?}; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option $1 (see --help)" ;;
         *) args+=("$1"); shift ;;
@@ -80,6 +84,7 @@ while (($#)); do
 done
 ((${#args[@]} >= 1 && ${#args[@]} <= 2)) || die "usage: $prog [options] TARGET [OUT] (see --help)"
 [[ $device == cuda || $device == cpu ]] || die "--device must be cuda or cpu, not $device"
+[[ $gm_mode =~ ^(auto|on|off)$ ]] || die "--gpu-metrics must be auto, on or off, not $gm_mode"
 target=${args[0]}
 out=${args[1]:-${OUT:-./gpu-captures}}
 
@@ -268,7 +273,10 @@ if command -v nvidia-smi >/dev/null; then
     nvidia-smi 2>&1 | grep -o 'CUDA Version: *[0-9.]*' | head -1 >"$work/cuda.txt" || true
 fi
 gpu_metrics=off
-if [[ $device == cuda ]]; then
+if [[ $gm_mode == on ]]; then
+    gpu_metrics=on
+    echo "forced on with --gpu-metrics on" >"$work/gpu_metrics.txt"
+elif [[ $device == cuda && $gm_mode == auto ]]; then
     # --gpu-metrics-device is how 2022.4 samples DRAM bandwidth and SM activity (the GPU_METRICS
     # table specnsys reads for bandwidth per phase). Use it only when this nsys both knows the
     # switch and lists GPU 0 as supported: an unknown switch or unsupported GPU fails the whole
@@ -309,7 +317,9 @@ parts_bytes() { local n=0 f; for f in "$out"/captures.xz.part-*; do
 capture() {
     local name=$1; shift
     local base=$work/$name log=$work/$name.log extra=()
-    [[ $gpu_metrics == on ]] && extra=(--gpu-metrics-device=0)
+    # 1 kHz: a 1b forward (~5-10 ms) still gets several samples, over hundreds of steps per
+    # phase; the 10 kHz default would fill the 64 MiB that come back within ~3 captures
+    [[ $gpu_metrics == on ]] && extra=(--gpu-metrics-device=0 --gpu-metrics-frequency=1000)
     rm -f "$base".*
     local cmd=("$nsys" profile "${trace[@]}" "${extra[@]}" --force-overwrite=true -o "$base"
                "$py" -m instrument.run "${common[@]}" "$@")
@@ -336,7 +346,7 @@ for entry in "${plan[@]}"; do
     say "[$((SECONDS - started)) s] capturing $name"
     capture "$name" "${run_args[@]}"
     if [[ $gpu_metrics == on && ( $last_rc != 0 || ! -f $work/$name.qdstrm ) ]]; then
-        cp "$work/$name.log" "$work/$name.metrics.log"
+        tail -n 25 "$work/$name.log" >"$work/$name.metrics.log"
         record capture "name=$name.with_gpu_metrics" "status=\"failed\"" "exit_status=$last_rc" \
             "wall_s=$last_wall" "command=$last_cmd" "output_tail=@$work/$name.metrics.log" \
             "reason=retried without --gpu-metrics-device, which stays off from here on"

@@ -184,7 +184,8 @@ def unpacked_target(target: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="module")
 def cpu_run(target: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("gpu-captures")
-    done = run_make("--device", "cpu", target, out)
+    # GPU metrics forced on: nsys refuses them without a GPU, which drives the retry path
+    done = run_make("--device", "cpu", "--gpu-metrics", "on", target, out)
     assert done.returncode == 0, done.stdout + done.stderr
     return out, done.stdout
 
@@ -196,14 +197,19 @@ def test_cpu_path_round_trip(cpu_run: tuple[Path, str], tmp_path: Path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["environment"]["nsys_version"].endswith(tuple("0123456789abcdef"))
     assert "2022.4" in manifest["environment"]["nsys_version"]
-    names = [c["name"] for c in manifest["captures"]]
-    assert names == ["spec_tiny_c4_k4", "baseline_tiny_c4"]
-    for c in manifest["captures"]:
+    tried, *captures = manifest["captures"]
+    assert (tried["name"], tried["status"], tried["exit_status"]) == (
+        "spec_tiny_c4_k4.with_gpu_metrics", "failed", 1)
+    assert "--gpu-metrics-device=0" in tried["command"] and "No such GPU" in tried["output_tail"]
+    assert "stream_offset" not in tried
+    assert [c["name"] for c in captures] == ["spec_tiny_c4_k4", "baseline_tiny_c4"]
+    for c in captures:
+        assert "gpu-metrics" not in c["command"]  # off after the first refusal
         assert (c["status"], c["exit_status"]) == ("ok", 0), c
         assert "-t nvtx,osrt" in c["command"] and "--device cpu" in c["command"]
     stream = manifest["stream"]
     assert stream["complete"] and stream["xz_exit_status"] == 0
-    assert stream["uncompressed_bytes"] == sum(c["qdstrm_bytes"] for c in manifest["captures"])
+    assert stream["uncompressed_bytes"] == sum(c["qdstrm_bytes"] for c in captures)
     for p in stream["parts"]:
         data = (out / p["name"]).read_bytes()
         assert len(data) <= 15 * 2**20 and _sha(data) == p["sha256"]
@@ -215,8 +221,10 @@ def test_cpu_path_round_trip(cpu_run: tuple[Path, str], tmp_path: Path) -> None:
     done = run_import(out, dest)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert [ln.split("\t")[:2] for ln in lines] == [["spec_tiny_c4_k4", "ok"],
-                                                    ["baseline_tiny_c4", "ok"]]
+    assert [ln.split("\t")[:2] for ln in lines] == [
+        ["spec_tiny_c4_k4", "ok"], ["baseline_tiny_c4", "ok"],
+        ["spec_tiny_c4_k4.with_gpu_metrics", "failed on the device"]]
+    assert "retried without --gpu-metrics-device" in lines[2]
     assert "acceptance_marks" in lines[0] and "kernels 0" in lines[0]
     assert sorted(f.name for f in dest.iterdir()) == ["baseline_tiny_c4.sqlite",
                                                       "spec_tiny_c4_k4.sqlite"]
@@ -243,7 +251,7 @@ def test_stream_cut_short_yields_the_captures_before_the_cut(
     cut = tmp_path / "cut"
     shutil.copytree(out, cut)
     manifest = json.loads((cut / "manifest.json").read_text())
-    first = manifest["captures"][0]["qdstrm_bytes"]
+    first = manifest["captures"][1]["qdstrm_bytes"]  # [0]: the refused GPU-metrics try
     packed = b"".join((cut / p["name"]).read_bytes() for p in manifest["stream"]["parts"])
     decomp, produced, fed = lzma.LZMADecompressor(), 0, 0
     while produced < first:  # the compressed length that holds the whole first capture
