@@ -23,6 +23,7 @@
 #   --gpu-metrics auto|on|off  auto (default): on when the cuda plan's nsys lists GPU 0 for
 #                         --gpu-metrics-device; on: always try (a capture that fails with them
 #                         is retried without); off: never
+#   --part-mib N          size of the stream's parts (default 15: the tool returns 16 MiB files)
 #   --xz-preset N         xz preset of the stream (default 6; 1 is twice as fast and 3% larger
 #                         on two CPU captures; the window is 192 MiB either way)
 #
@@ -63,7 +64,7 @@ prog=make_gpu.sh
 die() { echo "$prog: error: $*" >&2; exit 2; }
 
 device=cuda only="" wheels="" py=${PYTHON:-python3}
-deadline_s=330 capture_timeout_s=120 stream_budget_mib=40 xz_preset=6 gm_mode=auto
+deadline_s=330 capture_timeout_s=120 stream_budget_mib=40 xz_preset=6 gm_mode=auto part_mib=15
 invocation=$(printf '%q ' "$0" "$@")
 args=()
 while (($#)); do
@@ -77,6 +78,7 @@ while (($#)); do
         --stream-budget-mib) stream_budget_mib=${2:?}; shift 2 ;;
         --xz-preset) xz_preset=${2:?}; shift 2 ;;
         --gpu-metrics) gm_mode=${2:?}; shift 2 ;;
+        --part-mib) part_mib=${2:?}; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option $1 (see --help)" ;;
         *) args+=("$1"); shift ;;
@@ -305,7 +307,7 @@ say "gpu metrics $gpu_metrics; ${#plan[@]} captures planned; output $out"
 mkfifo "$work/stream"
 rm -f "$out"/captures.xz.part-*
 (xz -T1 --lzma2=preset="$xz_preset",dict=192MiB -c <"$work/stream" \
-    | split -b 15M -d -a 2 - "$out/captures.xz.part-") &
+    | split -b "${part_mib}M" -d -a 2 - "$out/captures.xz.part-") &
 packer_pid=$!
 exec 3>"$work/stream"
 stream_offset=0
@@ -395,7 +397,7 @@ parts=("$out"/captures.xz.part-*)
 kept=0 total=$((256 * 1024)) dropped=()
 for part in "${parts[@]}"; do
     size=$(stat -c %s "$part")
-    if ((kept < 6 && total + size <= 64 * 1048576)); then
+    if ((${#dropped[@]} == 0 && kept < 6 && total + size <= 64 * 1048576)); then
         kept=$((kept + 1)) total=$((total + size))
     else
         dropped+=("$(basename "$part")"); rm -f "$part"

@@ -279,12 +279,14 @@ def test_stream_cut_short_yields_the_captures_before_the_cut(
 @pytest.mark.slow
 def test_failed_capture_is_recorded_not_hidden(unpacked_target: Path, tmp_path: Path) -> None:
     """The CUDA plan on a machine without a GPU: the workload exits 1 under nsys; the manifest
-    says so with its exit status and last lines, and the script still finishes the stream."""
+    says so with its exit status and last lines, and the script still finishes the stream.
+    With 1 MiB parts the stream is cut to the 6 parts that fit the device tool's 8 files, the
+    rest dropped and listed; the import names the capture incomplete."""
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the CUDA plan would succeed here")
     out = tmp_path / "out"
-    done = run_make("--only", "baseline_small_c4", unpacked_target, out)
+    done = run_make("--only", "baseline_small_c4", "--part-mib", "1", unpacked_target, out)
     assert done.returncode == 1, done.stdout + done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["environment"]["gpu_metrics"] == "off"
@@ -293,8 +295,21 @@ def test_failed_capture_is_recorded_not_hidden(unpacked_target: Path, tmp_path: 
     assert cap["status"] in ("failed", "failed_with_stream") and cap["exit_status"] == 1
     assert "torch.cuda.is_available() is False" in cap["output_tail"]
     assert "-t cuda,nvtx,osrt" in cap["command"] and "--cuda-memory-usage=true" in cap["command"]
-    assert manifest["stream"]["xz_exit_status"] == 0
-    assert "0 of 1 captures ok" in done.stdout
+    stream = manifest["stream"]
+    assert stream["xz_exit_status"] == 0 and not stream["complete"]
+    kept = [p["name"] for p in stream["parts"]]
+    assert kept == [f"captures.xz.part-{i:02d}" for i in range(6)]
+    assert stream["dropped_parts"][0] == "captures.xz.part-06"
+    assert sorted(f.name for f in out.iterdir()) == sorted(["manifest.json", "make_gpu.log", *kept])
+    assert "0 of 1 captures ok" in done.stdout and "dropped captures.xz.part-06" in done.stdout
+
+    dest = tmp_path / "traces"
+    imported = run_import(out, dest)
+    assert imported.returncode == 1, imported.stderr
+    lines = imported.stdout.splitlines()
+    assert lines[0].startswith("import_gpu: note: parts dropped on the device")
+    assert lines[1].split("\t")[:2] == ["baseline_small_c4", "not imported"]
+    assert "incomplete" in lines[1] and list(dest.iterdir()) == []
 
 
 @pytest.mark.nsys
