@@ -195,8 +195,7 @@ def cpu_run(target: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
 def test_cpu_path_round_trip(cpu_run: tuple[Path, str], tmp_path: Path) -> None:
     out, log = cpu_run
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["environment"]["nsys_version"].endswith(tuple("0123456789abcdef"))
-    assert "2022.4" in manifest["environment"]["nsys_version"]
+    assert "Nsight Systems version 2022.4" in manifest["environment"]["nsys_version"]
     tried, *captures = manifest["captures"]
     assert (tried["name"], tried["status"], tried["exit_status"]) == (
         "spec_tiny_c4_k4.with_gpu_metrics", "failed", 1)
@@ -219,7 +218,7 @@ def test_cpu_path_round_trip(cpu_run: tuple[Path, str], tmp_path: Path) -> None:
 
     dest = tmp_path / "traces"
     done = run_import(out, dest)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert [ln.split("\t")[:2] for ln in lines] == [
         ["spec_tiny_c4_k4", "ok"], ["baseline_tiny_c4", "ok"],
@@ -266,7 +265,7 @@ def test_stream_cut_short_yields_the_captures_before_the_cut(
 
     dest = tmp_path / "traces"
     done = run_import(cut, dest)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("import_gpu: note: the manifest lists no parts")
     assert lines[1].split("\t")[:2] == ["spec_tiny_c4_k4", "ok"]
@@ -305,7 +304,7 @@ def test_failed_capture_is_recorded_not_hidden(unpacked_target: Path, tmp_path: 
 
     dest = tmp_path / "traces"
     imported = run_import(out, dest)
-    assert imported.returncode == 1, imported.stderr
+    assert imported.returncode == 1, imported.stdout + imported.stderr
     lines = imported.stdout.splitlines()
     assert lines[0].startswith("import_gpu: note: parts dropped on the device")
     assert lines[1].split("\t")[:2] == ["baseline_small_c4", "not imported"]
