@@ -53,6 +53,7 @@ class AttributionContext:
         self._index: PhaseIndex | None = None
         self._sql_index: PhaseIndex | None = None
         self._runtime: dict[int | None, pl.DataFrame] = {}
+        self._lean_runtime: dict[int | None, pl.DataFrame] = {}
 
     def phase_index(
         self, *, for_sql: bool = False, ranges: pl.DataFrame | None = None
@@ -75,14 +76,20 @@ class AttributionContext:
             self._sql_index = PhaseIndex(name, points)
         return self._sql_index
 
-    def runtime(self, pid: int | None) -> pl.DataFrame:
+    def runtime(self, pid: int | None, *, details: bool = True) -> pl.DataFrame:
         """:func:`attributed_runtime` of *pid* with details (what the lanes and the bandwidth
-        read), computed once per process."""
-        if pid not in self._runtime:
-            self._runtime[pid] = attributed_runtime(
-                self.trace, self.phase_index(), pid, details=True
-            )
-        return self._runtime[pid]
+        read), computed once per process; ``details=False``: the lean frame the breakdown and
+        per-phase kernel summaries join (the detailed one when it exists: a superset)."""
+        if details or pid in self._runtime:
+            if pid not in self._runtime:
+                self._runtime[pid] = attributed_runtime(
+                    self.trace, self.phase_index(), pid, details=True
+                )
+                self._lean_runtime.pop(pid, None)
+            return self._runtime[pid]
+        if pid not in self._lean_runtime:
+            self._lean_runtime[pid] = attributed_runtime(self.trace, self.phase_index(), pid)
+        return self._lean_runtime[pid]
 
     def check(self, rules: PhaseRules) -> AttributionContext:
         """This context, after making sure it was made for *rules* (a context of other rules
@@ -99,6 +106,7 @@ class AttributionContext:
             drop_phase_index(self.trace.connection, self._sql_index)
         self._index = self._sql_index = None
         self._runtime.clear()
+        self._lean_runtime.clear()
 
     def __enter__(self) -> AttributionContext:
         return self

@@ -75,10 +75,12 @@ def _ops(
     details: bool,
     correlation_ids: pl.Series | None = None,
     graph: _GraphJoin | None = None,
+    names: bool = False,
 ) -> pl.LazyFrame:
     """Every GPU op (kernels, memcpy, memset, whole-graph replays) of *pid* overlapping
     *window* (and with one of *correlation_ids*), with the filters pushed into the scans.
-    Without *details* only what attribution needs is read (kind, times, ids). With *graph*
+    Without *details* only what attribution needs is read (kind, times, ids; and the op's
+    ``name`` with *names*). With *graph*
     (a trace with graph work) each op also gets ``node_phase`` (:mod:`.graph_nodes`), and
     whole-graph rows whose launch has node-level ops are left out."""
 
@@ -96,6 +98,7 @@ def _ops(
         ]
         if details:
             cols += [pl.col(c).cast(_I64) for c in ("device_id", "stream_id")]
+        if details or names:
             cols.append(name.cast(pl.String).alias("name"))
         if graph is not None:
             node = pl.col("graph_node_id") if table in NODE_OP_TABLES else pl.lit(None)
@@ -192,12 +195,14 @@ def attributed_gpu_ops(
     details: bool = False,
     runtime: pl.DataFrame | None = None,
     launched_between: tuple[int, int] | None = None,
+    names: bool = False,
 ) -> pl.DataFrame:
     """GPU ops of *pid* (every process when None) overlapping *window* ``(start, end)`` ns
     (all when None), each with its launching call and ``phase`` (see :func:`gpu_ops_with_phase`).
 
-    Without *details* only ``op_kind, start, end, phase`` come back (what the timeline needs),
-    in no particular order; with *details* the ops keep the model's order.
+    Without *details* only ``op_kind, start, end, phase`` come back (what the timeline needs;
+    and ``name`` with *names*: what a per-kernel summary needs, without the wide frame of
+    *details*), in no particular order; with *details* the ops keep the model's order.
     *runtime* is :func:`attributed_runtime`'s frame for the same *pid* when the caller has it
     (it is reused, not recomputed). With *launched_between* ``(a, b)`` only ops whose launching
     call started in ``[a, b)`` are read. One launching call is taken per ``(pid,
@@ -236,7 +241,8 @@ def attributed_gpu_ops(
         if not details:
             calls = calls.select(*call_keys, "api_start", "phase")
     graph = _GraphJoin.of(trace, index, pid)
-    ops = _ops(trace, pid, window, details, wanted, graph)
+    ops = _ops(trace, pid, window, details, wanted, graph, names)
+    lean = ["op_kind", "start", "end", "phase", *(["name"] if names else [])]
     if packed:  # the same columns come out as from the two-column join
         ops = ops.with_columns(_packed_key("pid", "correlation_id"))
         calls = calls.drop("rt_pid", "rt_corr", strict=False)
@@ -251,7 +257,7 @@ def attributed_gpu_ops(
     if not details and (packed or pid is not None):  # one key column: merge sorted sides
         left, right = (_KEY, _KEY) if packed else ("correlation_id", "rt_corr")
         joined = _merge_launches(ops, calls, left, right)
-        return joined.with_columns(label).select("op_kind", "start", "end", "phase")
+        return joined.with_columns(label).select(lean)
     # With details the ops keep the model's order: they are scanned, joined and labelled in
     # one streaming plan, so the op table is never held whole beside its joined copy.
     return (
@@ -259,7 +265,7 @@ def attributed_gpu_ops(
         .drop(_KEY, strict=False)
         .with_columns(label)
         .drop("node_phase", strict=False)
-        .select(pl.all() if details else pl.col("op_kind", "start", "end", "phase"))
+        .select(pl.all() if details else pl.col(lean))
         .collect(engine="streaming")
     )
 

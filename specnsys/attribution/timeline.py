@@ -41,7 +41,6 @@ from specnsys.attribution.launch import (
     UNANNOTATED,
     UNATTRIBUTED_GPU,
     attributed_gpu_ops,
-    attributed_runtime,
     rules_for,
 )
 from specnsys.attribution.phase_map import (
@@ -109,6 +108,11 @@ class PhaseBreakdown:
     graph_notes: list[str] = field(default_factory=list)
     """CUDA graph work of the process in the window attributed to its launch's phase instead
     of the phase its node was captured in, and why (:func:`.graph_nodes.graph_notes`)."""
+    kernel_names: list[dict[str, Any]] | None = None
+    """Per (``phase``, kernel ``name``): ``count`` and ``ns`` (durations clipped to the
+    window) of the kernels the process ran in the window, from the same attributed ops as
+    the frame (what a per-phase kernel summary reads, with no second attribution pass);
+    None in a breakdown kept by an older version."""
 
     @property
     def window_ns(self) -> int:
@@ -141,7 +145,7 @@ FRAME_SCHEMA = {
 
 #: Version of the timeline's semantics, part of the key of breakdowns kept in the trace cache:
 #: bump it whenever a change to this package would give a different breakdown.
-TIMELINE_VERSION = 2  # 2: range_counts
+TIMELINE_VERSION = 3  # 2: range_counts; 3: kernel_names
 
 
 def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
@@ -348,7 +352,7 @@ def exclusive_phase_times(
     with attribution_context(trace, mapping, context) as shared:
         index = shared.phase_index(ranges=ranges)
         del ranges
-        breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index)
+        breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index, shared)
     breakdown = replace(breakdown, range_counts=counts)
     trace.store_derived("phase_breakdown", key, breakdown.to_dict())
     return breakdown
@@ -362,6 +366,7 @@ def _breakdown(
     gtid: int | None,
     cpu_ranges: pl.DataFrame,
     index: PhaseIndex,
+    shared: AttributionContext,
 ) -> PhaseBreakdown:
     ws, we = window
     inclusive = cpu_ranges.group_by("phase").agg(
@@ -370,13 +375,14 @@ def _breakdown(
     )
 
     # Launch attribution for this process only: its runtime calls get a phase once, and serve
-    # both the launch counts and the ops' phases (then they are dropped, before the sweep).
+    # both the launch counts and the ops' phases; the context keeps them for the analysis's
+    # other passes over the process's GPU work (its largest kernels per phase).
     launches = pl.DataFrame(schema={"phase": pl.String, "launches": _I64})
     ops = pl.DataFrame(
         schema={"op_kind": OP_KIND, "start": _I64, "end": _I64, "phase": pl.Categorical}
     )
     if pid is not None:
-        runtime = attributed_runtime(trace, index, pid)
+        runtime = shared.runtime(pid, details=False)
         launches = (
             runtime.filter(
                 pl.col("is_launch") & (pl.col("api_start") >= ws) & (pl.col("api_start") < we)
@@ -384,7 +390,7 @@ def _breakdown(
             .group_by("phase")  # by code; NULL (outside every range) named below
             .agg(pl.len().cast(_I64).alias("launches"))
         )
-        ops = attributed_gpu_ops(trace, index, pid=pid, runtime=runtime)
+        ops = attributed_gpu_ops(trace, index, pid=pid, runtime=runtime, names=True)
         del runtime
     has_unattributed = bool(ops.select((pl.col("phase") == UNATTRIBUTED_GPU).any()).item())
     in_window = (pl.col("start") < we) & (pl.col("end") > ws) & (pl.col("end") > pl.col("start"))
@@ -395,6 +401,7 @@ def _breakdown(
         .agg(pl.len().cast(_I64).alias("kernels"))
         .collect()
     )
+    kernel_names = _kernel_names(ops, in_window, ws, we) if "name" in ops.columns else []
     # clipped to the window inside the islands' own plan: no second copy of the ops
     mine = ops.lazy().filter(in_window).select(
         "phase",
@@ -471,8 +478,31 @@ def _breakdown(
     ).select(list(FRAME_SCHEMA))
     notes = graph_notes(trace, pid, window) if pid is not None else []
     return PhaseBreakdown(
-        ws, we, frame, pid, gtid, gpu_union, mapping.name, unclosed, graph_notes=notes
+        ws, we, frame, pid, gtid, gpu_union, mapping.name, unclosed, graph_notes=notes,
+        kernel_names=kernel_names,
+    )  # fmt: skip
+
+
+def _kernel_names(
+    ops: pl.DataFrame, in_window: pl.Expr, ws: int, we: int
+) -> list[dict[str, Any]]:
+    """Count and clipped time of the window's kernels per (phase, name), as rows."""
+    clipped = pl.min_horizontal("end", pl.lit(we, _I64)) - pl.max_horizontal(
+        "start", pl.lit(ws, _I64)
     )
+    rows: list[dict[str, Any]] = (
+        ops.lazy()
+        .filter(in_window & (pl.col("op_kind") == "kernel"))
+        .group_by(
+            pl.col("phase").cast(pl.String).fill_null(UNANNOTATED),
+            pl.col("name").fill_null("(unnamed kernel)"),
+        )
+        .agg(pl.len().cast(_I64).alias("count"), clipped.sum().cast(_I64).alias("ns"))
+        .sort(["phase", "name"])
+        .collect()
+        .to_dicts()
+    )
+    return rows
 
 
 def _phase_order(

@@ -440,7 +440,9 @@ def _analyze(
 
     # without GPU activity, gpu_busy_ns's reason covers these two as well
     gpu_time = _gpu_time(b) if gpu else None
-    top, top_reason = top_kernels_by_phase(trace, scope) if gpu else (None, None)
+    top, top_reason = (
+        top_kernels_by_phase(trace, scope, kernel_names=b.kernel_names) if gpu else (None, None)
+    )
     if top_reason:
         na["top_kernels"] = top_reason
 

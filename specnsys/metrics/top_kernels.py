@@ -25,7 +25,7 @@ import polars as pl
 
 from specnsys.attribution.categories import categorize_ops
 from specnsys.attribution.context import attribution_context
-from specnsys.attribution.launch import gpu_ops_with_phase
+from specnsys.attribution.launch import attributed_gpu_ops
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -37,44 +37,67 @@ TOP_KERNELS = 5
 """Kernels listed per phase: enough to name what dominates, few enough to read."""
 
 
+_NAMES_SCHEMA = {"phase": pl.String, "name": pl.String, "count": pl.Int64, "ns": pl.Int64}
+
+
 def top_kernels_by_phase(
-    trace: Trace, scope: Scope, n: int = TOP_KERNELS
+    trace: Trace,
+    scope: Scope,
+    n: int = TOP_KERNELS,
+    kernel_names: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """``({"by_phase": {phase: {...}}, ...}, None)`` or ``(None, reason)``.
 
-    Per phase: ``kernel_ns`` (summed clipped kernel time), ``kernels`` (launches) and ``top``:
-    at most *n* rows ``{name, count, time_ns, share}``, largest time first (ties by name), with
-    ``share = time_ns / kernel_ns``.
+    Per phase: ``kernel_ns`` (summed clipped kernel time), ``kernels`` (launches),
+    ``categories`` (kernel time per category, largest first) and ``top``: at most *n* rows
+    ``{name, count, time_ns, share}``, largest time first (ties by name), with
+    ``share = time_ns / kernel_ns``. *kernel_names* is the breakdown's own per-name sum
+    (:attr:`~specnsys.attribution.PhaseBreakdown.kernel_names`): given, no GPU op is read again.
     """
     if not trace.summary.capabilities["gpu_activity"].available or scope.pid is None:
         return None, "no GPU kernels in this trace (or no process to attribute them to)"
+    if kernel_names is not None:
+        per_name = pl.DataFrame(kernel_names, schema=_NAMES_SCHEMA)
+    else:
+        per_name = _per_name(trace, scope)
+    if per_name.height == 0:
+        return None, "no kernels ran in the analysis window"
+    return _summary(trace, scope, per_name, n), None
+
+
+def _per_name(trace: Trace, scope: Scope) -> pl.DataFrame:
+    """Count and clipped time per (phase, kernel name), from the attribution of the scope."""
     ws, we = scope.start_ns, scope.end_ns
     with attribution_context(trace, scope.rules, scope.context) as shared:
-        ops = gpu_ops_with_phase(
-            trace, rules=scope.rules, pid=scope.pid, window=(ws, we),
-            index=shared.phase_index(), runtime=shared.runtime(scope.pid),
+        # the lean attribution plus names: a per-kernel summary needs no launch details
+        ops = attributed_gpu_ops(
+            trace, shared.phase_index(), pid=scope.pid, window=(ws, we), names=True,
+            runtime=shared.runtime(scope.pid, details=False),
         )  # fmt: skip
-    clipped = (
-        pl.min_horizontal("end", pl.lit(we)) - pl.max_horizontal("start", pl.lit(ws))
-    ).alias("ns")
-    kernels = (
+    clipped = pl.min_horizontal("end", pl.lit(we)) - pl.max_horizontal("start", pl.lit(ws))
+    return (
         ops.lazy()
         .filter((pl.col("op_kind") == "kernel") & (pl.col("end") > pl.col("start")))
-        .with_columns(clipped, pl.col("name").fill_null("(unnamed kernel)"))
+        .with_columns(clipped.alias("ns"))
         .filter(pl.col("ns") > 0)
+        .group_by(
+            pl.col("phase").cast(pl.String), pl.col("name").fill_null("(unnamed kernel)")
+        )
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("ns").sum().cast(pl.Int64))
         .collect()
     )
-    per_name = kernels.group_by("phase", "name").agg(
-        pl.len().cast(pl.Int64).alias("count"), pl.col("ns").sum().cast(pl.Int64)
-    )
+
+
+def _summary(trace: Trace, scope: Scope, per_name: pl.DataFrame, n: int) -> dict[str, Any]:
     per_category = (
-        categorize_ops(trace.connection, kernels, scope.rules.categories)
+        categorize_ops(
+            trace.connection, per_name.with_columns(op_kind=pl.lit("kernel")),
+            scope.rules.categories,
+        )  # fmt: skip
         .group_by("phase", "category")
         .agg(pl.col("ns").sum().cast(pl.Int64))
         .sort(["phase", "ns", "category"], descending=[False, True, False])
     )
-    if per_name.height == 0:
-        return None, "no kernels ran in the analysis window"
     totals = per_name.group_by("phase").agg(
         pl.col("ns").sum().alias("kernel_ns"), pl.col("count").sum().alias("kernels")
     )
@@ -111,4 +134,4 @@ def top_kernels_by_phase(
         "per_phase": n,
         "share_of": "kernel_ns: the phase's summed kernel time in the window (overlaps count twice)",
         "by_phase": by_phase,
-    }, None
+    }
