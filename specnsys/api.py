@@ -352,7 +352,7 @@ def phases(
             ranks = _all_ranks(trace, context, breakdown)
     if breakdown.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
-        raise BadInputError(f"{path}: nothing to attribute ({who} no phase ranges or GPU work)")
+        raise BadInputError(f"{path}: nothing to attribute ({who} no phase ranges, CUDA API calls or GPU work)")
     not_available = {
         key: caps[cap].reason
         for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))

@@ -12,6 +12,7 @@ names the phase that was made slower. The real corpus exports answer ``analyze``
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -207,16 +208,26 @@ def test_a_trace_without_nvtx_ranges_answers_with_a_hint(tmp_path: Path) -> None
         b.runtime(i * 1_000 * US, i * 1_000 * US + 10 * US, "cudaLaunchKernel_v7000", i + 1)
         b.kernel(i * 1_000 * US + 20 * US, i * 1_000 * US + 500 * US, "k", i + 1)
     path = b.write(tmp_path / "bare.sqlite")
-    api_only = NsysExportBuilder()  # CUDA API calls only: no range, no GPU work, no window
+    api_only = NsysExportBuilder()  # CUDA API calls only: no range, no GPU work
     api_only.process(1, "python3")
     api_only.thread(1, 1, "main")
     api_only.runtime(0, 10 * US, "cudaMalloc_v3020", 1)
-    nothing = api_only.write(tmp_path / "api_only.sqlite")
-    text, js, report, analyze, empty = run_cli([
+    api_only.runtime(30 * US, 40 * US, "cudaFree_v2000", 2)
+    calls = api_only.write(tmp_path / "api_only.sqlite")
+    bare = NsysExportBuilder()  # a process and a thread: not one event
+    bare.process(1, "python3")
+    bare.thread(1, 1, "main")
+    nothing = bare.write(tmp_path / "nothing.sqlite")
+    text, js, report, analyze, api_run, empty = run_cli([
         ["phases", str(path)], ["phases", str(path), "--json"],
         ["report", str(path), "-o", str(tmp_path / "bare.html")],
-        ["analyze", str(path), "--json"], ["analyze", str(nothing)],
+        ["analyze", str(path), "--json"], ["analyze", str(calls)], ["analyze", str(nothing)],
     ])  # fmt: skip
+    # CUDA API calls alone: a generic run over their span, all of it unannotated
+    assert api_run["status"] == 0, api_run["stderr"]
+    assert "window 0.040 ms (no ranges and no GPU work: the span of the process's CUDA API " in (
+        api_run["stdout"])
+    assert "unannotated           0.040  100.0%" in api_run["stdout"]
     assert text["status"] == 0 and js["status"] == 0, (text["stderr"], js["stderr"])
     assert "hint: the trace has no NVTX ranges" in text["stdout"]
     assert "specnsys profile --annotate" in text["stdout"]
@@ -271,3 +282,43 @@ def test_real_exports_answer_analyze_and_compare() -> None:
         assert ab["kind"] == "ab"
         assert ab["window_ns"]["delta_ns"] == docs[1]["window_ns"] - docs[0]["window_ns"]
         assert sum(r["delta_ns"] for r in ab["phases"].values()) == ab["window_ns"]["delta_ns"]
+
+
+#: Corpus exports with no NVTX range, CUDA API call or GPU op: what specnsys models is empty
+#: (their OS runtime calls, scheduling and CPU samples are not read), so there is no window.
+NOTHING_MODELLED = {
+    "2021.3.2_dynamicvit", "2023.4.1_pycnvidia_report1", "2024.6.2_stellawava_report1",
+    "2025.3.2_cupqc_report1", "2026.2.1_jacc_cgtrace",
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not corpus_files(), reason="the real corpus is not here")
+def test_every_corpus_export_and_sample_answers_the_four_commands(tmp_path: Path) -> None:
+    """Issue 19: analyze, report, plot phases and compare A A exit 0 on every real export and
+    sample, or 2 with one line where the file holds nothing specnsys models."""
+    paths = [*corpus_files(), *sorted(SAMPLE_TRACES.glob("*.sqlite"))]
+    batch = []
+    for i, path in enumerate(paths):
+        batch += [
+            ["analyze", str(path)],
+            ["report", str(path), "-o", str(tmp_path / f"r{i}.html")],
+            ["plot", "phases", str(path), "-o", str(tmp_path / f"p{i}.png")],
+            ["compare", str(path), str(path)],
+        ]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.cli_driver", json.dumps(batch)],
+        capture_output=True, text=True, cwd=REPO, timeout=1500,
+        env={**os.environ, "SPECNSYS_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    failures = []
+    for run in json.loads(done.stdout):
+        name = Path(run["argv"][2 if run["argv"][0] == "plot" else 1]).stem
+        expected = 2 if name in NOTHING_MODELLED else 0
+        errors = [line for line in run["stderr"].splitlines() if "error" in line]
+        if run["traceback"] or run["status"] != expected:
+            failures.append((run["argv"][:2], name, run["status"], run["stderr"][-300:]))
+        elif expected == 2 and not (len(errors) == 1 and "nothing to" in errors[0]):
+            failures.append((run["argv"][:2], name, "message", run["stderr"][-300:]))
+    assert not failures, failures

@@ -145,7 +145,7 @@ FRAME_SCHEMA = {
 
 #: Version of the timeline's semantics, part of the key of breakdowns kept in the trace cache:
 #: bump it whenever a change to this package would give a different breakdown.
-TIMELINE_VERSION = 3  # 2: range_counts; 3: kernel_names
+TIMELINE_VERSION = 4  # 2: range_counts; 3: kernel_names; 4: a CUDA-API-only window
 
 
 def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
@@ -172,6 +172,12 @@ def _choose_pid(trace: Trace, ranges: pl.DataFrame) -> int | None:
     )
     if row is None:
         row = _one(trace, "SELECT min(pid) FROM nvtx WHERE kind IN ('push_pop', 'start_end')")
+    if row is None or row[0] is None:  # neither ranges nor GPU work: the busiest CUDA API user
+        row = _one(
+            trace,
+            "SELECT pid FROM runtime WHERE pid IS NOT NULL "
+            "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
+        )
     return None if row is None or row[0] is None else int(row[0])
 
 
@@ -232,6 +238,14 @@ def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]
                 SELECT start, "end" FROM {_ALL_OPS} WHERE pid = $pid AND "end" >= start)""",
         {"pid": pid},
     )
+    if span is None or span[0] is None:
+        # no range and no GPU work: the span of the process's CUDA API calls, if it made any
+        # (a capture of a program that only talks to the driver is still a run to look at)
+        span = _one(
+            trace,
+            'SELECT min(start), max("end") FROM runtime WHERE pid = $pid AND "end" >= start',
+            {"pid": pid},
+        )
     if span is None or span[0] is None:
         return 0, 0
     span_start, span_end = int(span[0]), int(span[1])

@@ -333,7 +333,7 @@ def _analyze(
     caps = trace.summary.capabilities
     if b.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
-        raise BadInputError(f"{path}: nothing to analyze ({who} no phase ranges or GPU work)")
+        raise BadInputError(f"{path}: nothing to analyze ({who} no phase ranges, CUDA API calls or GPU work)")
     scope = Scope.of(b, mapping, context)
     gpu = bool(caps["gpu_activity"].available)
     counts = b.range_counts

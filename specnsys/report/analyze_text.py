@@ -332,6 +332,9 @@ def _ranks(d: dict[str, Any]) -> list[str]:
 def _window_basis(d: dict[str, Any]) -> str:
     if d["requests"]:
         return "first request start to last request end"
+    ranged = any(row.get("ranges") for row in d["phases"].values())
+    if not ranged and not d["gpu"]:
+        return "no ranges and no GPU work: the span of the process's CUDA API calls"
     return "no request ranges: the span of the process's ranges and GPU work"
 
 
