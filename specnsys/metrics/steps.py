@@ -86,13 +86,14 @@ def step_table(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
         f"coalesce(sum(p.ns) FILTER (WHERE p.phase = '{p}'), 0) AS {p}_ns" for p in STEP_PARTS
     )
     sql = f"""
-    WITH steps AS (
+    WITH driver AS ({ranges}),
+    steps AS (
         SELECT row_number() OVER (ORDER BY s, e) - 1 AS step, s, least(e, $we) AS e
-        FROM ({ranges}) WHERE phase = $step
+        FROM driver WHERE phase = $step
     ),
     parts AS (
         SELECT st.step, r.phase, least(r.e, st.e) - r.s AS ns
-        FROM (SELECT * FROM ({ranges}) WHERE list_contains($parts, phase)) r
+        FROM (SELECT * FROM driver WHERE list_contains($parts, phase)) r
         ASOF JOIN steps st ON r.s >= st.s
         WHERE r.s < st.e
     ),

@@ -2,11 +2,10 @@
 
 A phase's row in the breakdown says how long it took and how busy the GPU was; it does not say
 *what* ran. This ranks, per phase, the kernels by their summed GPU time inside the analysis
-window, with their launch count. Each kernel gets the phase it was launched in by the
-attribution layer (:func:`~specnsys.attribution.gpu_ops_with_phase`, through the analysis's
-:class:`~specnsys.attribution.context.AttributionContext`: the phase index and the attributed
-runtime calls are the ones the breakdown used, not rebuilt). Durations are clipped to the
-window, so no kernel time outside it is counted.
+window, with their launch count. Each kernel has the phase it was launched in: the sums per
+(phase, kernel name) are made by the breakdown's own attribution pass
+(:attr:`~specnsys.attribution.timeline.PhaseBreakdown.kernel_names`), so no op is attributed
+twice. Durations are clipped to the window, so no kernel time outside it is counted.
 
 The denominator of each ``share`` is the phase's summed kernel time (``kernel_ns``): the sum of
 its kernels' durations, which exceeds the phase's GPU busy time when kernels overlap on
@@ -24,8 +23,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from specnsys.attribution.categories import categorize_ops
-from specnsys.attribution.context import attribution_context
-from specnsys.attribution.launch import attributed_gpu_ops
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
@@ -51,41 +48,16 @@ def top_kernels_by_phase(
     Per phase: ``kernel_ns`` (summed clipped kernel time), ``kernels`` (launches),
     ``categories`` (kernel time per category, largest first) and ``top``: at most *n* rows
     ``{name, count, time_ns, share}``, largest time first (ties by name), with
-    ``share = time_ns / kernel_ns``. *kernel_names* is the breakdown's own per-name sum
-    (:attr:`~specnsys.attribution.PhaseBreakdown.kernel_names`): given, no GPU op is read again.
+    ``share = time_ns / kernel_ns``. *kernel_names* is the breakdown's own per-(phase, name)
+    sum (:attr:`~specnsys.attribution.timeline.PhaseBreakdown.kernel_names`), made in the
+    breakdown's attribution pass, so no GPU op is attributed a second time.
     """
     if not trace.summary.capabilities["gpu_activity"].available or scope.pid is None:
         return None, "no GPU kernels in this trace (or no process to attribute them to)"
-    if kernel_names is not None:
-        per_name = pl.DataFrame(kernel_names, schema=_NAMES_SCHEMA)
-    else:
-        per_name = _per_name(trace, scope)
+    per_name = pl.DataFrame(kernel_names or [], schema=_NAMES_SCHEMA)
     if per_name.height == 0:
         return None, "no kernels ran in the analysis window"
     return _summary(trace, scope, per_name, n), None
-
-
-def _per_name(trace: Trace, scope: Scope) -> pl.DataFrame:
-    """Count and clipped time per (phase, kernel name), from the attribution of the scope."""
-    ws, we = scope.start_ns, scope.end_ns
-    with attribution_context(trace, scope.rules, scope.context) as shared:
-        # the lean attribution plus names: a per-kernel summary needs no launch details
-        ops = attributed_gpu_ops(
-            trace, shared.phase_index(), pid=scope.pid, window=(ws, we), names=True,
-            runtime=shared.runtime(scope.pid, details=False),
-        )  # fmt: skip
-    clipped = pl.min_horizontal("end", pl.lit(we)) - pl.max_horizontal("start", pl.lit(ws))
-    return (
-        ops.lazy()
-        .filter((pl.col("op_kind") == "kernel") & (pl.col("end") > pl.col("start")))
-        .with_columns(clipped.alias("ns"))
-        .filter(pl.col("ns") > 0)
-        .group_by(
-            pl.col("phase").cast(pl.String), pl.col("name").fill_null("(unnamed kernel)")
-        )
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("ns").sum().cast(pl.Int64))
-        .collect()
-    )
 
 
 def _summary(trace: Trace, scope: Scope, per_name: pl.DataFrame, n: int) -> dict[str, Any]:
