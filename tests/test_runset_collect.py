@@ -250,3 +250,42 @@ def test_a_worker_killed_mid_trace_is_retried_or_reported_never_dropped(tmp_path
     accounted = set(doc["analysed"]) | set(doc["failed"])
     assert len(accounted) == total  # every trace analysed or reported, none dropped
     assert _table(tmp_path / "ds", "runs").height == len(doc["analysed"])
+
+
+def test_ctrl_c_ends_the_workers_at_once_and_keeps_the_dataset_consistent(
+    tmp_path: Path,
+) -> None:
+    """SIGINT to collect (as a terminal's Ctrl-C, or a CI runner's cancel, to the parent only):
+    exit 130 within seconds, not once every queued trace is done; none of its workers is left;
+    what landed is in the manifest, and every table holds only those runs."""
+    folder = tmp_path / "t"
+    for i in range(40):
+        _copies(folder / f"c{i:02d}", ["baseline_chat_c4"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specnsys", "--no-cache", "collect", str(folder), "-o",
+         str(tmp_path / "ds"), "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not workers:
+            workers = [p for p in _children(proc.pid) if _is_pool_worker(p)]
+            time.sleep(0.05)
+        assert workers, "no pool worker seen"
+        while time.monotonic() < deadline and not list((tmp_path / "ds").glob("*/run_id=*")):
+            time.sleep(0.05)  # until a first run has landed, the workers busy with the next
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert (proc.returncode, stderr) == (130, "specnsys: interrupted\n")
+    assert took < 10, f"collect took {took:.1f} s to stop (40 traces were queued)"
+    assert [p for p in workers if Path(f"/proc/{p}").exists()] == []
+    manifest = json.loads((tmp_path / "ds" / "_specnsys.json").read_text())
+    for table in ("runs", "phases", "steps", "requests"):
+        found = {p.name[len("run_id="):] for p in (tmp_path / "ds" / table).glob("run_id=*")}
+        assert found == set(manifest["runs"]), table
+    assert 0 < len(manifest["runs"]) < 40

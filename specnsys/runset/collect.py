@@ -14,11 +14,13 @@ reported as failed, never silently dropped. Dask retries a task whose worker die
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from specnsys.runset.labels import Labeler
 __all__ = ["CollectResult", "analyse_trace", "collect", "find_traces"]
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep")
+_END_S = 10.0  # how long an ended worker may take to exit
 
 
 @dataclass
@@ -130,28 +133,50 @@ Job = tuple[str, dict[str, Any], dict[str, str]]
 Outcome = RunRecord | str
 
 
-def _run_pool(jobs: list[Job], workers: int) -> Iterable[tuple[Job, Outcome]]:
+@contextlib.contextmanager
+def _owned_pool(workers: int, context: BaseContext) -> Iterator[ProcessPoolExecutor]:
+    """A process pool whose workers are ended, not waited for, when the block is left by an
+    exception (Ctrl-C, SIGTERM, the consumer stopping early): they are this collect's own
+    processes, and a pool's own shutdown would wait for every running trace to finish."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
+        yield pool
+    except BaseException:
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(_END_S)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _run_pool(jobs: list[Job], workers: int) -> Iterator[tuple[Job, Outcome]]:
     """Run *jobs* in a local process pool; a job whose worker died is retried once alone."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
     retry: list[Job] = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with _owned_pool(workers, context) as pool:
         futures: dict[Future[Outcome], Job] = {pool.submit(_safe, *job): job for job in jobs}
         for future in as_completed(futures):
             try:
-                yield futures[future], future.result()
+                outcome = future.result()
             except BrokenProcessPool:
                 retry.append(futures[future])
+                continue
+            yield futures[future], outcome
     for job in retry:
-        with ProcessPoolExecutor(max_workers=1, mp_context=context) as alone:
+        with _owned_pool(1, context) as alone:
             try:
-                yield job, alone.submit(_safe, *job).result()
+                outcome = alone.submit(_safe, *job).result()
             except BrokenProcessPool:
-                yield job, "the worker analysing it died twice (killed, or out of memory)"
+                outcome = "the worker analysing it died twice (killed, or out of memory)"
+        yield job, outcome
 
 
-def _run_dask(jobs: list[Job], address: str, workers: int) -> Iterable[tuple[Job, Outcome]]:
+def _run_dask(jobs: list[Job], address: str, workers: int) -> Iterator[tuple[Job, Outcome]]:
     """Run *jobs* on a Dask cluster at *address* (``local``: a LocalCluster of *workers*)."""
     try:
         from distributed import Client, LocalCluster
@@ -227,19 +252,27 @@ def collect(
             continue
         jobs.append((str(trace), {**run_settings, "use_cache": use_cache}, labels))
     n = workers or min(len(jobs), os.cpu_count() or 1) or 1
-    outcomes = _run_dask(jobs, dask, n) if dask else _run_pool(jobs, n) if jobs else []
-    for (done, job_settings, _), outcome in outcomes:
-        if isinstance(outcome, str):
-            result.failed[done] = outcome
-            store.note_failure(done, outcome)
-        else:
-            outcome.settings = {k: v for k, v in job_settings.items() if k != "use_cache"}
-            store.write_run(run_id_of(Path(done)), outcome)
-            result.analysed.append(done)
-            result.warnings += outcome.warnings
-        if progress is not None:
-            progress(done)
-    store.finish()
+    outcomes = _run_dask(jobs, dask, n) if dask else _run_pool(jobs, n) if jobs else iter(())
+    try:
+        for (done, job_settings, _), outcome in outcomes:
+            if isinstance(outcome, str):
+                result.failed[done] = outcome
+                store.note_failure(done, outcome)
+            else:
+                outcome.settings = {k: v for k, v in job_settings.items() if k != "use_cache"}
+                store.write_run(run_id_of(Path(done)), outcome)
+                result.analysed.append(done)
+                result.warnings += outcome.warnings
+            if progress is not None:
+                progress(done)
+    finally:
+        # Interrupted or not: end the workers now (closing the generator runs its clean-up)
+        # and record what landed, so the dataset's manifest and tables agree.
+        close = getattr(outcomes, "close", None)
+        if close is not None:
+            close()
+        if result.analysed or result.failed or store.root.exists():
+            store.finish()
     result.analysed.sort()
     if jobs and not result.analysed and not result.unchanged:
         first = next(iter(result.failed.items()))
