@@ -165,3 +165,26 @@ def test_an_injected_sample_delay_is_caught_and_a_repeat_passes(tmp_path: Path) 
     # machine another phase may also move past the gate, so that is not ruled out
     regressed = [p["phase"] for p in group["phases"] if p["regressed"]]
     assert regressed[:1] == ["sample"], group["phases"][:3]
+
+
+def test_check_on_a_trace_without_specnsys_ranges_says_which_rules_it_used(
+    tmp_path: Path,
+) -> None:
+    """A foreign trace (an engine's own NVTX names): check answers on the nvtx rules and says
+    so on stderr, as every other command does."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "engine", pid=1, tid=1)
+    for i in range(4):
+        b.push_pop(i * 1000, i * 1000 + 800, "EngineCore.step", pid=1, tid=1, domain_id=1)
+    path = b.write(tmp_path / "engine.sqlite")
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "check", str(path), str(path), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    group = json.loads(done.stdout)["groups"][0]
+    assert group["basis"].startswith("ns_per_run")  # no tokens: the unit says so
+    assert "EngineCore.step" in {p["phase"] for p in group["phases"]}
+    assert "(--rules nvtx applied)" in done.stderr and "specnsys: warning: " in done.stderr

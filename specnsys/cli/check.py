@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from specnsys import api
 from specnsys.cli.common import add_rules_argument
 
 
@@ -37,4 +38,5 @@ def run(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
     )  # fmt: skip
     print(json.dumps(result.to_dict(), indent=2) if args.json else render_check_text(result))
+    api.warn(result)
     return 1 if result.regressed else 0

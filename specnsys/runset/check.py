@@ -59,6 +59,7 @@ class Run:
     source: str
     labels: dict[str, str]
     doc: dict[str, Any]
+    data_warnings: tuple[str, ...] = ()
 
     def key(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, v) for k, v in self.labels.items() if k not in REPEAT_LABELS))
@@ -85,7 +86,8 @@ def _runs_of(path: str | Path, rules: str | None, use_cache: bool) -> list[Run]:
         return out
     from specnsys import api
 
-    return [Run(str(path), {}, api.analyze(path, rules=rules, use_cache=use_cache).to_dict())]
+    analysis = api.analyze(path, rules=rules, use_cache=use_cache)
+    return [Run(str(path), {}, analysis.to_dict(), analysis.data_warnings)]
 
 
 def _measure(doc: dict[str, Any], per_token: bool) -> dict[str, float]:
@@ -123,6 +125,8 @@ class CheckResult:
     max_regression: float
     groups: list[GroupResult] = field(default_factory=list)
     unmatched: list[dict[str, str]] = field(default_factory=list)
+    data_warnings: tuple[str, ...] = ()
+    """What the traces' checks said (the rules applied, data-quality notes): on stderr."""
 
     @property
     def regressed(self) -> bool:
@@ -204,7 +208,8 @@ def check(
     """Compare *candidate* with *baseline* (see the module docs)."""
     base_runs = _runs_of(baseline, rules, use_cache)
     cand_runs = _runs_of(candidate, rules, use_cache)
-    result = CheckResult(str(baseline), str(candidate), max_regression)
+    notes = dict.fromkeys(w for r in (*base_runs, *cand_runs) for w in r.data_warnings)
+    result = CheckResult(str(baseline), str(candidate), max_regression, data_warnings=tuple(notes))
     single = len({r.key() for r in base_runs}) == 1 and len({r.key() for r in cand_runs}) == 1
     groups: dict[tuple[tuple[str, str], ...], tuple[list[Run], list[Run]]] = {}
     for run in base_runs:
