@@ -289,3 +289,31 @@ def test_ctrl_c_ends_the_workers_at_once_and_keeps_the_dataset_consistent(
         found = {p.name[len("run_id="):] for p in (tmp_path / "ds" / table).glob("run_id=*")}
         assert found == set(manifest["runs"]), table
     assert 0 < len(manifest["runs"]) < 40
+
+
+def test_a_dataset_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path) -> None:
+    """A file where the dataset's folder should be, and a read-only dataset folder (as root,
+    with the capabilities that bypass file modes dropped): one line, exit 2, nothing changed."""
+    from tests.test_reliability_cache import _drop_dac_capabilities
+
+    trace = _copies(tmp_path / "t", ["baseline_chat_c4"])[0]
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    in_the_way = _cli("collect", str(trace), "-o", str(blocker / "ds"))
+    assert (in_the_way.returncode, in_the_way.stdout) == (2, ""), in_the_way.stderr
+    assert in_the_way.stderr.count("\n") == 1 and "is not a folder" in in_the_way.stderr
+    assert blocker.read_text() == "x"
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    kw: dict[str, object] = {"preexec_fn": _drop_dac_capabilities} if os.geteuid() == 0 else {}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "specnsys", "collect", str(trace), "-o", str(locked)],
+            capture_output=True, text=True, timeout=300, **kw,  # type: ignore[call-overload]
+        )  # fmt: skip
+    finally:
+        locked.chmod(0o755)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.startswith("specnsys: error: ") and done.stderr.count("\n") == 1
+    assert "cannot write the dataset" in done.stderr and list(locked.iterdir()) == []

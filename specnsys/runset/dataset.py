@@ -26,13 +26,14 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from specnsys.errors import BadInputError
+from specnsys.errors import BadInputError, OutputError
 
 __all__ = [
     "MANIFEST",
@@ -168,6 +169,7 @@ class Dataset:
     def _read_manifest(self) -> dict[str, Any]:
         path = self.root / MANIFEST
         if not self.root.exists():
+            _check_creatable(self.root)
             return {"format": FORMAT, "runs": {}, "failed": {}}
         if not self.root.is_dir():
             raise BadInputError(f"{self.root}: not a folder (a dataset is a folder)")
@@ -199,6 +201,11 @@ class Dataset:
         )
 
     def write_run(self, run_id: str, record: RunRecord) -> None:
+        """:meth:`_write_run`, a failure to write being the user's (exit 2, one line)."""
+        with _writing(self.root):
+            self._write_run(run_id, record)
+
+    def _write_run(self, run_id: str, record: RunRecord) -> None:
         """Write *record*'s phases, steps and requests partitions (the runs row is written by
         :meth:`finish`) and note the run in the manifest."""
         frames = {
@@ -221,6 +228,11 @@ class Dataset:
         self.manifest["failed"][trace] = reason
 
     def finish(self) -> None:
+        """:meth:`_finish`, a failure to write being the user's (exit 2, one line)."""
+        with _writing(self.root):
+            self._finish()
+
+    def _finish(self) -> None:
         """Rewrite every ``runs`` partition with the union of the label names, then the
         manifest (last: until it is written, the previous manifest describes the dataset)."""
         runs = self.manifest["runs"]
@@ -290,3 +302,23 @@ def _write_atomically(path: Path, text: str) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def _writing(root: Path) -> Iterator[None]:
+    """Turn an OSError while writing the dataset (full disk, read-only or not a folder) into
+    the one-line error of an output that cannot be written."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"{root}: cannot write the dataset: {exc.strerror or exc}") from None
+
+
+def _check_creatable(root: Path) -> None:
+    """Refuse, before any trace is analysed, a dataset path under something that is not a
+    folder (a file in the way)."""
+    for parent in root.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(f"{root}: cannot write the dataset: {parent} is not a folder")
+            return
