@@ -315,6 +315,64 @@ stream_offset=0
 parts_bytes() { local n=0 f; for f in "$out"/captures.xz.part-*; do
     [[ -f $f ]] && n=$((n + $(stat -c %s "$f"))); done; echo $n; }
 
+# end_marked MARK RC: end what a capture started and left running: nsys's daemonized agent, or
+# after a timeout the program in its own session, which `timeout`'s process group misses. Found
+# by the capture's mark in their environment (processes of our uid only, each held by a pidfd
+# before its environment is read, so a reused pid is never hit), never by name. After a
+# successful capture they get 5 s to exit on their own. What it did goes to ended.txt, and
+# from there into the capture's record ("ended").
+end_marked() {
+    "$py" - "$1" "$2" >"$work/ended.txt" 2>&1 <<'PY' || true
+import os, signal, sys, time
+name, rc = sys.argv[1:]
+mark = b"MAKE_GPU_CAPTURE=" + name.encode()
+
+def marked():
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            fd = os.pidfd_open(int(entry))
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            if os.stat(f"/proc/{entry}").st_uid == os.geteuid() and mark in env:
+                found[int(entry)] = fd
+                continue
+        except OSError:
+            pass
+        os.close(fd)
+    return found
+
+def wait_gone(seconds):
+    end = time.monotonic() + seconds
+    while True:
+        left = marked()
+        if not left or time.monotonic() >= end:
+            return left
+        for fd in left.values():
+            os.close(fd)
+        time.sleep(0.2)
+
+left = wait_gone(5.0 if rc == "0" else 0.0)
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for pid, fd in left.items():
+        try:
+            signal.pidfd_send_signal(fd, sig)
+            print(f"{name}: {sig.name} to pid {pid}")
+        except OSError:
+            pass
+        os.close(fd)
+    left = wait_gone(5.0) if left else {}
+for pid, fd in left.items():
+    print(f"{name}: pid {pid} still running")
+    os.close(fd)
+PY
+}
+
 # capture NAME ARGS...: one nsys run; its exit status, never the script's
 capture() {
     local name=$1; shift
@@ -325,14 +383,23 @@ capture() {
     rm -f "$base".*
     local cmd=("$nsys" profile "${trace[@]}" "${extra[@]}" --force-overwrite=true -o "$base"
                "$py" -m instrument.run "${common[@]}" "$@")
-    local t0=$SECONDS rc=0
-    timeout -s INT -k 20 "$capture_timeout_s" "${cmd[@]}" >"$log" 2>&1 </dev/null || rc=$?
+    local t0=$SECONDS rc=0 mark="$run_id-$((++capture_count))-$name"
+    mkdir -p "$work/tmp/$mark"
+    # 3>&-: no process of the capture holds the stream's pipe (nsys 2022.4's agent outlives nsys
+    # with every descriptor it had, and xz would wait for it: the CI hang of 2026-12-01); nsys's
+    # session files in a private TMPDIR; the mark, which every process the capture starts
+    # inherits, to find them afterwards
+    TMPDIR=$work/tmp/$mark MAKE_GPU_CAPTURE=$mark \
+        timeout -s INT -k 20 "$capture_timeout_s" "${cmd[@]}" >"$log" 2>&1 </dev/null 3>&- \
+        || rc=$?
+    end_marked "$mark" "$rc" 3>&-
     last_rc=$rc last_wall=$((SECONDS - t0))
     last_cmd="nsys profile ${trace[*]}${extra[*]:+ ${extra[*]}} -o $name python -m instrument.run"
     last_cmd+=" ${common[*]} $*"
 }
 
-produced=0 succeeded=0
+produced=0 succeeded=0 capture_count=0
+run_id=make_gpu-$$-$(date +%s%N)
 for entry in "${plan[@]}"; do
     name=${entry%%|*}
     read -r -a run_args <<<"${entry#*|}"
@@ -350,7 +417,8 @@ for entry in "${plan[@]}"; do
     if [[ $gpu_metrics == on && ( $last_rc != 0 || ! -f $work/$name.qdstrm ) ]]; then
         tail -n 25 "$work/$name.log" >"$work/$name.metrics.log"
         record capture "name=$name.with_gpu_metrics" "status=\"failed\"" "exit_status=$last_rc" \
-            "wall_s=$last_wall" "command=$last_cmd" "output_tail=@$work/$name.metrics.log" \
+            "wall_s=$last_wall" "command=$last_cmd" "ended=@$work/ended.txt" \
+            "output_tail=@$work/$name.metrics.log" \
             "reason=retried without --gpu-metrics-device, which stays off from here on"
         say "$name failed with GPU metrics (exit $last_rc); retrying without them"
         gpu_metrics=off
@@ -364,7 +432,7 @@ for entry in "${plan[@]}"; do
         status=ok; ((last_rc == 0)) || status=failed_with_stream
         record capture "name=$name" "status=\"$status\"" "exit_status=$last_rc" \
             "wall_s=$last_wall" "command=$last_cmd" "qdstrm_bytes=$size" "qdstrm_sha256=\"$sha\"" \
-            "stream_offset=$stream_offset" "output_tail=@$work/$name.tail"
+            "stream_offset=$stream_offset" "ended=@$work/ended.txt" "output_tail=@$work/$name.tail"
         stream_offset=$((stream_offset + size))
         produced=$((produced + 1))
         [[ $status == ok ]] && succeeded=$((succeeded + 1))
@@ -375,7 +443,8 @@ for entry in "${plan[@]}"; do
         say "$name: exit $last_rc, ${size} bytes, ${last_wall} s"
     else
         record capture "name=$name" "status=\"failed\"" "exit_status=$last_rc" \
-            "wall_s=$last_wall" "command=$last_cmd" "output_tail=@$work/$name.tail" \
+            "wall_s=$last_wall" "command=$last_cmd" "ended=@$work/ended.txt" \
+            "output_tail=@$work/$name.tail" \
             "reason=nsys wrote no .qdstrm"
         say "$name FAILED: exit $last_rc, no .qdstrm; last line: $(tail -1 "$work/$name.tail")"
     fi

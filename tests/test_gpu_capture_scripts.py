@@ -11,12 +11,14 @@ tests need no nsys: they build a capture folder in make_gpu.sh's format and brea
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import lzma
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -45,14 +47,18 @@ def run_import(*args: Path | str, **env: str) -> subprocess.CompletedProcess[str
     )
 
 
-def run_make(*args: Path | str) -> subprocess.CompletedProcess[str]:
+def run_make(*args: Path | str, timeout_s: float = 600, **env: str
+             ) -> subprocess.CompletedProcess[str]:
     """make_gpu.sh with this interpreter, and xz's fastest preset (the tests check the format,
-    not the ratio; it halves the packing time)."""
-    return subprocess.run(
-        ["bash", str(MAKE), "--python", sys.executable, "--xz-preset", "1", *map(str, args)],
-        capture_output=True,
-        text=True, env=_env(), timeout=600, cwd=REPO,
-    )
+    not the ratio; it halves the packing time). A run past *timeout_s* fails the test with the
+    script's own log, which says which step it was in."""
+    cmd = ["bash", str(MAKE), "--python", sys.executable, "--xz-preset", "1", *map(str, args)]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, env=_env(**env),
+                              timeout=timeout_s, cwd=REPO)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
+        pytest.fail(f"make_gpu.sh still running after {timeout_s:g} s; its output:\n{out}")
 
 
 def _sha(data: bytes) -> str:
@@ -144,6 +150,71 @@ def test_make_gpu_refuses_a_target_without_nsys(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert "no target-linux-x64/nsys" in manifest["notes"][-1]
     assert manifest["captures"] == []
+
+
+# ---- processes: a capture's leftovers never hold the stream open, and are ended -------------
+
+# nsys 2022.4 daemonizes its agent (its own session, parent 1) with every descriptor nsys had,
+# and its launcher runs the program in yet another session: neither dies with nsys, nor with
+# `timeout`'s process group. This stand-in target does the same, so that the test runs anywhere.
+_LINGERING_NSYS = """#!/usr/bin/env bash
+if [[ $1 == --version ]]; then echo "NVIDIA Nsight Systems version 2022.4.2.1-lingering"; exit 0; fi
+base=""
+while (($#)); do case $1 in -o) base=$2; shift 2 ;; *) shift ;; esac; done
+head -c 300000 /dev/urandom >"$base.qdstrm"
+setsid sleep 300 &  # the agent: a session of its own, every inherited descriptor
+echo $! >>"$LINGER_PIDS"
+if [[ -n ${LINGER_HANG:-} ]]; then sleep 300; fi  # a capture that never finishes
+exit 0
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["finishes", "hangs"])
+def test_lingering_capture_processes_neither_stall_the_run_nor_survive_it(
+    tmp_path: Path, hang: bool
+) -> None:
+    """The CI hang of 2026-12-01: a capture process that outlived its nsys kept the packer's
+    pipe open, and make_gpu.sh waited for the stream's end until it was killed at 600 s. Now
+    captures get no descriptor of the stream, and whatever a capture started (found by its mark,
+    never by name) is ended after it; a look-alike process the run did not start survives."""
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "nsys").write_text(_LINGERING_NSYS)
+    (target / "nsys").chmod(0o755)
+    pids = tmp_path / "pids"
+    pids.touch()
+    bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    env = {"LINGER_PIDS": str(pids)} | ({"LINGER_HANG": "1"} if hang else {})
+    try:
+        done = run_make("--device", "cpu", "--capture-timeout-s", "3", target, tmp_path / "out",
+                        timeout_s=120, **env)
+        started = [int(p) for p in pids.read_text().split()]
+        assert len(started) == 2, done.stdout + done.stderr
+        survivors = [p for p in started if _alive(p)]
+        assert survivors == [], f"left running: {survivors}"
+        assert _alive(bystander.pid)
+        manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+        want = ("failed_with_stream", 124) if hang else ("ok", 0)
+        assert [(c["status"], c["exit_status"]) for c in manifest["captures"]] == [want] * 2
+        for cap, pid in zip(manifest["captures"], started, strict=True):
+            assert f"SIGTERM to pid {pid}" in cap["ended"], cap  # the record says what went
+        assert manifest["stream"]["xz_exit_status"] == 0
+        assert manifest["stream"]["uncompressed_bytes"] == 600000
+        assert done.returncode == (1 if hang else 0), done.stdout + done.stderr
+    finally:
+        for p in [int(p) for p in pids.read_text().split()]:
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)
+        bystander.kill()
+        bystander.wait()
 
 
 # ---- the CPU path end to end, with the relocated target -------------------------------------
