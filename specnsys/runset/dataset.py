@@ -25,6 +25,8 @@ import contextlib
 import json
 import os
 import shutil
+import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -201,8 +203,10 @@ class Dataset:
         )
 
     def write_run(self, run_id: str, record: RunRecord) -> None:
-        """:meth:`_write_run`, a failure to write being the user's (exit 2, one line)."""
-        with _writing(self.root):
+        """:meth:`_write_run`, a failure to write being the user's (exit 2, one line). A Ctrl-C
+        or SIGTERM that arrives while the run is written takes effect once it is recorded: an
+        analysed run is never lost to an interrupt between its partitions."""
+        with _writing(self.root), _signals_held():
             self._write_run(run_id, record)
 
     def _write_run(self, run_id: str, record: RunRecord) -> None:
@@ -302,6 +306,30 @@ def _write_atomically(path: Path, text: str) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the block, then deliver them to the handlers that
+    were in place. Python-level (a signal mask would not do: the kernel delivers a process's
+    signal to any thread that does not block it, and collect has several); only the main
+    thread can set handlers, so elsewhere the block runs unprotected."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    saved = {sig: signal.signal(sig, lambda signum, _frame: arrived.append(signum))
+             for sig in _HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for signum in arrived:
+            signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
