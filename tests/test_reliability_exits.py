@@ -220,3 +220,27 @@ def test_outputs_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "earlier.png", "full.png", "input.html", "input.png", "t.sqlite"
     ]  # no new.png, no temporary files left beside the targets
+
+
+@pytest.mark.parametrize("option", ["collect --labels", "profile --annotate"])
+def test_labels_and_annotation_files_must_be_small_regular_files(
+    tmp_path: Path, option: str
+) -> None:
+    """The other small files a command reads, like ``--rules``: a FIFO (was a hang until the
+    driver's timeout), ``/dev/zero`` (was: read until memory ran out) and an oversized file give
+    exit 2 with one line, before any trace is analysed or any capture started."""
+    fifo = tmp_path / "input.fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.txt"
+    big.write_text("# padding\n" * 1_700_000)  # 17 MB: past the limit of every small file
+
+    def argv(path: Path | str) -> list[str]:
+        if option == "collect --labels":
+            return ["collect", str(TRACE), "-o", str(tmp_path / "ds"), "--labels", str(path)]
+        return ["profile", "--annotate", str(path), "-o", str(tmp_path / "run"), "--", "true"]
+
+    results = _driver([argv(path) for path in (fifo, "/dev/zero", big)], timeout=60)
+    lines = [_one_line_error(r) for r in results]
+    assert "not a regular file" in lines[0] and "not a regular file" in lines[1], lines
+    assert "too large" in lines[2], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt", "input.fifo"]

@@ -44,10 +44,7 @@ The rules compile to one SQL ``CASE`` over the ``nvtx`` model table (DuckDB's RE
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -56,6 +53,7 @@ from pathlib import Path
 
 from specnsys.attribution.categories import KernelCategory
 from specnsys.errors import BadInputError
+from specnsys.small_files import read_small_text
 from specnsys.vocabulary import DOMAIN, PHASES, REQUEST_PHASE
 
 __all__ = [
@@ -244,26 +242,8 @@ RULES_MAX_BYTES = 1 << 20
 
 
 def _read_rules_text(path: Path) -> str:
-    """The text of a rules file: a regular file of at most :data:`RULES_MAX_BYTES`.
-
-    Opened non-blocking, so that a FIFO fails here instead of waiting for a writer; a device
-    or FIFO is refused before anything is read from it, and the size is checked on the open
-    descriptor (not the path, which could change in between) and again while reading.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
-        if not stat.S_ISREG(info.st_mode):
-            raise BadInputError(f"{path}: not a regular file (a rules file is a TOML file)")
-        data = handle.read(RULES_MAX_BYTES + 1)
-    if len(data) > RULES_MAX_BYTES or info.st_size > RULES_MAX_BYTES:
-        raise BadInputError(
-            f"{path}: {max(len(data), info.st_size)} bytes is too large for a rules file "
-            f"(at most {RULES_MAX_BYTES >> 10} KiB)"
-        )
-    return data.decode("utf-8")
+    """The text of a rules file: a regular file of at most :data:`RULES_MAX_BYTES`."""
+    return read_small_text(path, what="a rules file is a TOML file", max_bytes=RULES_MAX_BYTES)
 
 
 def load_rules(path: str | Path) -> PhaseRules:

@@ -35,6 +35,7 @@ from typing import Any
 
 from specnsys.errors import UsageError
 from specnsys.inject.paths import PathError, ValuePath, parse_path
+from specnsys.small_files import read_small_text
 from specnsys.vocabulary import PHASES, REQUEST_PHASE
 
 __all__ = ["AnnotationError", "Config", "Hook", "ObjectRule", "Target", "load_config"]
@@ -46,6 +47,8 @@ _HOOK_KEYS = {
 }
 _OBJECT_KEYS = {"factory", "call", "where", "equals", "object"}
 _TOP_KEYS = {"hook", "objects"}
+#: An annotation file names a few dozen functions; anything this big is not one.
+ANNOTATION_MAX_BYTES = 1 << 20
 
 
 class AnnotationError(UsageError):
@@ -116,7 +119,9 @@ def load_config(path: str | Path) -> Config:
     path = Path(path)
     label = str(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_small_text(
+            path, what="an annotation file is a TOML file", max_bytes=ANNOTATION_MAX_BYTES,
+            error=AnnotationError))
     except OSError as exc:
         raise AnnotationError(
             f"{label}: cannot read the annotation file: {exc.strerror or exc}"

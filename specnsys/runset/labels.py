@@ -9,11 +9,13 @@ options.
 from __future__ import annotations
 
 import csv
+import io
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from specnsys.errors import BadInputError, UsageError
+from specnsys.small_files import read_small_text
 
 __all__ = ["LABEL_NAME", "Labeler", "parse_label_options"]
 
@@ -22,6 +24,8 @@ LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 #: The columns of a labels CSV that name the trace (the rest are labels).
 TRACE_COLUMNS = ("trace", "path", "file")
+#: A labels CSV has a row per trace: 16 MiB is some 100,000 rows, far past any sweep.
+LABELS_MAX_BYTES = 16 << 20
 
 
 def _check_name(name: str, where: str) -> str:
@@ -84,8 +88,9 @@ class Labeler:
 
     def _read_csv(self, path: Path) -> None:
         try:
-            with path.open(newline="", encoding="utf-8") as handle:
-                rows = list(csv.DictReader(handle))
+            text = read_small_text(path, what="a labels file is a CSV file",
+                                   max_bytes=LABELS_MAX_BYTES)
+            rows = list(csv.DictReader(io.StringIO(text, newline="")))
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
             raise BadInputError(f"{path}: cannot read the labels CSV ({exc})") from None
         if not rows:
