@@ -72,7 +72,7 @@ _MISSING_EVERYTHING = (
 # 2: tokens derived from acceptance marks / forward steps, tokens_source;
 # 3: the generic mode, gpu_time and top_kernels; 4: ranks (every process of a multi-process
 # run, specnsys.metrics.ranks); 5: kernel categories per phase
-ANALYSIS_VERSION = 5
+ANALYSIS_VERSION = 6
 
 
 @dataclass(frozen=True)

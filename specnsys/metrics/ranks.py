@@ -21,7 +21,9 @@ and every per-process figure means what it means for one process:
   matched by their index; a rank's lag at step *i* is its step end minus the earliest end of
   step *i* over the ranks; the straggler has the largest median lag (ties: the largest maximum
   lag, then the lower rank). Where some rank has no steps, the straggler is the rank whose
-  window ends last, by its distance to the earliest window end.
+  window ends last, by its distance to the earliest window end. ``lag_share`` puts that lag
+  over the rank's time per step (its window over its steps), or over the union window; below
+  1 % (:data:`STANDS_OUT_SHARE`) no rank ``stands_out``: the ranks end together.
 
 Ranks: the trace does not hold the NCCL/``RANK`` identity of a process, so ranks are numbered
 in the order of the device each process ran its first GPU op on (the ``LOCAL_RANK`` device
@@ -208,8 +210,16 @@ def _lags(ranks: list[Rank]) -> tuple[pl.DataFrame, int]:
     return lags.select(pl.col(c).cast(t) for c, t in schema.items()), matched
 
 
+#: A straggler "stands out" when its lag is at least this share of its denominator (its time
+#: per step, or the union window): below it the ranks end together, whichever is last.
+STANDS_OUT_SHARE = 0.01
+
+
 def _straggler(ranks: list[Rank], lags: pl.DataFrame, matched: int) -> dict[str, Any]:
     first_end = min(r.breakdown.window_end_ns for r in ranks)
+    union_ns = max(r.breakdown.window_end_ns for r in ranks) - min(
+        r.breakdown.window_start_ns for r in ranks
+    )
     window_lag = {r.rank: r.breakdown.window_end_ns - first_end for r in ranks}
     if matched:
         row = lags.sort(
@@ -222,6 +232,14 @@ def _straggler(ranks: list[Rank], lags: pl.DataFrame, matched: int) -> dict[str,
         who = max(ranks, key=lambda r: (window_lag[r.rank], -r.rank))
         median, peak = None, None
         basis = "window"
+    if matched:
+        per_step = who.breakdown.window_ns / len(who.step_ends)
+        lag, denominator = median or 0.0, per_step
+        share_of = "the rank's window divided by its steps (time per step)"
+    else:
+        lag, denominator = float(window_lag[who.rank]), float(union_ns)
+        share_of = "the union window of all processes"
+    share = lag / denominator if denominator > 0 else None
     return {
         "rank": who.rank,
         "pid": who.pid,
@@ -238,6 +256,9 @@ def _straggler(ranks: list[Rank], lags: pl.DataFrame, matched: int) -> dict[str,
             else "the rank's window end minus the earliest rank's window end (some rank has "
             "no step ranges)"
         ),
+        "lag_share": share,
+        "lag_share_of": share_of,
+        "stands_out": share is not None and share >= STANDS_OUT_SHARE,
     }
 
 

@@ -271,15 +271,23 @@ def straggler_line(s: dict[str, Any] | None) -> str:
     if s is None:
         return "straggler: none"
     who = f"rank {s['rank']} (pid {s['pid']}, {s['process'] or 'unnamed'})"
+    share = s.get("lag_share")
+    head = (
+        f"straggler: {who}"
+        if s.get("stands_out", True)
+        else f"straggler: none stands out (lag under 1 %); last is {who}"
+    )
     if s["basis"] == "steps":
+        pct = f" ({share:.2%} of its time per step)" if share is not None else ""
         return (
-            f"straggler: {who}: its {s['step_phase']} steps end a median "
+            f"{head}: its {s['step_phase']} steps end a median "
             f"{_lag(s['median_lag_ns'])} (max {_lag(s['max_lag_ns'])}) after the earliest "
-            f"rank's, over {s['matched_steps']:,} steps matched by index"
+            f"rank's{pct}, over {s['matched_steps']:,} steps matched by index"
         )
+    pct = f"{share:.2%} of the union window; " if share is not None else ""
     return (
-        f"straggler: {who}: its window ends {_lag(s['window_end_lag_ns'])} after the earliest "
-        "rank's (some rank has no step ranges to match)"
+        f"{head}: its window ends {_lag(s['window_end_lag_ns'])} after the earliest "
+        f"rank's ({pct}some rank has no step ranges to match)"
     )
 
 
