@@ -157,6 +157,7 @@ def test_every_command_answers_on_generic_runs_through_the_cli(runs, tmp_path: P
         assert r["stderr"].count("\n") == 1 and needle in r["stderr"], r["stderr"]
     assert (sha256(runs[0]), sha256(runs[1])) == before
     text = results[0]["stdout"]
+    assert (text + results[0]["stderr"]).count(NOTE) == 1  # said once (was: on both streams)
     assert "generic run" in text and "top kernels per phase" in text and "sm90_gemm_0" in text
     assert "what to cut first" in text
     assert "GPUModelRunner.execute_model" in results[2]["stdout"]

@@ -27,6 +27,13 @@ def run(args: argparse.Namespace) -> int:
     analysis = api.analyze(args.trace, rules=args.rules, pid=args.pid, tokens=args.tokens,
                            use_cache=not args.no_cache)  # fmt: skip
     doc = analysis.to_dict()
-    print(render_json(doc) if args.json else render_analysis_text(doc))
+    if args.json:
+        print(render_json(doc))
+    else:
+        # the warnings that also go to stderr (the rules note among them) are said there only,
+        # so that no line appears twice on one terminal; JSON keeps all of them
+        said = analysis.data_warnings
+        own = [w for w in doc["warnings"] if not any(d.endswith(f": {w}") for d in said)]
+        print(render_analysis_text({**doc, "warnings": own}))
     api.warn(analysis)
     return 0
