@@ -90,7 +90,7 @@ def test_ids_are_unique_across_the_inlined_figures(sample_report: str) -> None:
 
 def test_what_to_cut_table_ranks_the_baselines_non_accelerable_phases(sample_report: str) -> None:
     section = sample_report.split('<section id="what-to-cut">', 1)[1].split("</section>", 1)[0]
-    phases = re.findall(r'<span class="chip"[^>]*></span>([a-z_]+)</td>', section)
+    phases = re.findall(r'<span class="chip"[^>]*></span><span class="name">([a-z_]+)</span></td>', section)
     assert phases and "forward" not in phases and "draft" not in phases
     assert len(phases) == len(set(phases))
 
@@ -134,3 +134,27 @@ def test_inline_svg_scopes_ids_and_drops_the_prolog() -> None:
     assert "http" not in out
     with pytest.raises(ValueError):
         inline_svg("<html/>", "x", "y")
+
+
+def test_report_of_a_multi_process_run_lists_every_process_and_the_straggler(
+    tmp_path: Path,
+) -> None:
+    """Issue 20's per-process view reaches the report, not only ``analyze``: one row per rank
+    (pid, window, NCCL ms, median step lag) and the straggler sentence of the text output."""
+    from tests.test_ranks import pid_of, tp_trace
+
+    path, expected = tp_trace(tmp_path, 3, straggler=2, lags=(40, 120, 80, 400))
+    result = api.report(path)
+    page_text = result.html
+    assert "<h4>3 processes</h4>" in page_text
+    rows = re.findall(r"<tr><td class=\"l\">r(\d)( \(shown above\))?</td>"
+                      r"<td class=\"l\">worker\d</td><td class=\"l\">.*?</td><td>(\d+)</td>",
+                      page_text)  # fmt: skip
+    assert [(int(r), int(pid)) for r, _, pid in rows] == [(r, pid_of(r)) for r in range(3)]
+    shown_pid = api.analyze(path).pid  # the process the page's own figures are of
+    assert [bool(shown) for _, shown, _ in rows] == [pid_of(r) == shown_pid for r in range(3)]
+    window = expected[2]["window_end_ns"] - expected[2]["window_start_ns"]
+    assert f"<td>{window / 1e6:,.3f}</td>" in page_text
+    assert "straggler: rank 2 (pid" in page_text and "median 100 ns (max 400 ns)" in page_text
+    one = api.report(path, pid=pid_of(1)).html
+    assert "processes</h4>" not in one  # --pid: the single-process view, as in analyze

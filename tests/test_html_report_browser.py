@@ -308,3 +308,29 @@ def test_the_console_check_can_fail(chromium: Chromium, tmp_path: Path) -> None:
     assert any(p.startswith("exception:") for p in problems), problems
     assert any("missing.png" in p or "ERR_FILE_NOT_FOUND" in p for p in problems), problems
     assert not_blank(png_pixels(chromium.screenshot()))[1] < 0.01  # and a blank page is blank
+
+
+def test_multi_process_report_fits_the_page_in_chromium(chromium: Chromium, tmp_path: Path) -> None:
+    """The per-process table of a real 2-GPU export (torch op ranges, ``--rules torch``): laid
+    out without sideways scrolling at 1280 px, one row per process, the straggler sentence."""
+    from tests.conftest import CORPUS
+
+    trace = CORPUS / "2026.2.1_nsysai_mfu-2gpu-after.sqlite"
+    if not trace.exists():
+        pytest.skip(f"{trace} not present")
+    path = tmp_path / "ranks.html"
+    path.write_text(api.report(trace, rules="torch").html, encoding="utf-8")
+    chromium.events.clear()
+    chromium.open(path.as_uri())
+    facts = page_facts(chromium)
+    assert facts["width"] <= facts["viewport"], "the page scrolls sideways"
+    text = chromium.evaluate(
+        "JSON.parse(JSON.stringify({rows: [...document.querySelectorAll('h4 + p + table tbody tr')]"
+        ".map(r => r.innerText), straggler: document.querySelector('p.straggler').innerText}))"
+    )
+    assert len(text["rows"]) == 2 and all("python3" in r for r in text["rows"]), text
+    assert text["straggler"].startswith("straggler: none stands out"), text
+    png = chromium.screenshot()
+    if os.environ.get("SPECNSYS_SCREENSHOT_DIR"):
+        Path(os.environ["SPECNSYS_SCREENSHOT_DIR"], "report_ranks.png").write_bytes(png)
+    assert chromium.problems() == []

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specnsys.metrics.tokens import source_words
+from specnsys.report.analyze_text import straggler_line
 from specnsys.report.palette import phase_color
 
 __all__ = ["ReportFigure", "inline_svg", "render_report_html"]
@@ -53,6 +54,8 @@ th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: ri
          white-space: nowrap; }
 th { background: #f4f4f4; font-weight: 600; }
 th.l, td.l { text-align: left; }
+th, td.l { white-space: normal; }  /* text and headers wrap at spaces; numbers never */
+.name { overflow-wrap: anywhere; }  /* a phase name wraps anywhere: engines' op names are long */
 table.kv { width: auto; min-width: 48%; }
 @media (max-width: 900px) { .pair { grid-template-columns: 1fr !important; } }
 .pair { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1.3fr); gap: 24px;
@@ -103,7 +106,10 @@ def _tokens(a: Mapping[str, Any]) -> str:
 
 
 def _phase(name: str) -> str:
-    return f'<span class="chip" style="background:{phase_color(name)}"></span>{_e(name)}'
+    return (
+        f'<span class="chip" style="background:{phase_color(name)}"></span>'
+        f'<span class="name">{_e(name)}</span>'
+    )
 
 
 def _table(
@@ -447,6 +453,44 @@ def _analysis_block(label: str, a: Mapping[str, Any]) -> str:
         + _table(["metric", "value"], summary)
         + _table(["phase", "exclusive ms", "share of window", "GPU busy ms"], rows, classes)
         + "</div>"
+        + _processes_block(a.get("ranks"), a.get("pid"))
+    )
+
+
+def _processes_block(doc: Mapping[str, Any] | None, shown_pid: object) -> str:
+    """Every process of a multi-process run (``analyze``'s ``ranks``): its window, GPU busy,
+    NCCL kernel time and step lag, the union window and the straggler; empty for one process."""
+    if not doc:
+        return ""
+    rows = []
+    for r in doc["ranks"]:
+        top = max(
+            ((n, p) for n, p in r["phases"].items() if n not in ("unannotated", "unattributed_gpu")),
+            key=lambda item: int(item[1].get("wall_ns") or 0),
+            default=None,
+        )
+        rows.append([
+            _e(f"r{r['rank']}" + (" (shown above)" if r["pid"] == shown_pid else "")),
+            _e(r.get("process") or "unnamed"),
+            "n/a" if top is None else f"{_phase(top[0])} {_pct(top[1].get('share'))}",
+            _e(r["pid"]),
+            "n/a" if r.get("device") is None else _e(r["device"]),
+            _ms(r["window_ns"]),
+            "n/a" if r.get("gpu_union_ns") is None else _ms(r["gpu_union_ns"]),
+            "n/a" if r.get("nccl_ns") is None else _ms(r["nccl_ns"]),
+            _num(r.get("steps"), ","),
+            "n/a" if r.get("median_lag_ns") is None else _ms(r["median_lag_ns"], 6),
+        ])  # fmt: skip
+    head = ["rank", "process", "largest phase (share of its window)", "pid", "device",
+            "window ms", "GPU busy ms", "NCCL ms", "steps", "median step lag ms"]  # fmt: skip
+    return (
+        f'<h4>{_e(doc["processes"])} processes</h4>'
+        + f"<p>Each process over its own window (its phases sum to it); ranks by device, then "
+        f"pid. Whole run: {_e(_ms(doc['window_ns']))} ms, {_e(doc['window_of'])}. NCCL ms: "
+        f"{_e(doc['nccl_of'])}.</p>"
+        + _table(head, rows, left=3)
+        + f'<p class="straggler">{_e(straggler_line(doc.get("straggler")))}</p>'
+        + "".join(f'<p class="na">{_e(n)}</p>' for n in doc.get("notes") or ())
     )
 
 
