@@ -67,6 +67,7 @@ _INJECTION_CONFIG = re.compile(rb"/tmp/injection_config_[0-9a-f]+")
 _REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdstrm")
 _TMPDIR_KIND = "specnsys-nsys-"  # + pid: the private TMPDIR of a capture
 _RELAY_S = 0.05  # how often the program's output files are copied to our stdout/stderr
+_FORWARD_S = 5.0  # how long the relay waits for nsys's agent to forward the program's output
 _LOG_SUFFIX = ".log"
 
 
@@ -411,15 +412,27 @@ class _Capture:
             while True:
                 remaining = max(0.0, min(_WATCH_S, deadline - time.monotonic()))
                 try:
-                    return self.proc.wait(timeout=remaining)
+                    returncode = self.proc.wait(timeout=remaining)
                 except subprocess.TimeoutExpired:
                     if time.monotonic() >= deadline:
                         raise CaptureError(
                             f"nsys profile did not finish in {timeout_s:g} s; capture abandoned"
                         ) from None
                     self._scan()
+                    continue
+                self._await_forwarding(deadline)
+                return returncode
         finally:
             self.output.stop()
+
+    def _await_forwarding(self, deadline: float) -> None:
+        """Wait, at most :data:`_FORWARD_S` (and never past *deadline*), for the capture's
+        processes that outlive nsys to end. nsys gives the program pipes, and its daemonized
+        agent forwards what they carry into nsys's stdout, possibly after nsys has exited: the
+        relay must still be copying then, or the program's last lines are lost."""
+        end = min(time.monotonic() + _FORWARD_S, deadline)
+        while self._scan() and time.monotonic() < end:
+            time.sleep(_RELAY_S)
 
     def _output_tail(self) -> str:
         last = self.output.last_line()

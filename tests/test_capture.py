@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -137,3 +138,33 @@ def test_missing_nsys_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(CaptureError, match="nsys not found"):
         profile(["true"], tmp_path / "x")
     assert shutil.which("nsys")  # the real one is still there for the other tests
+
+
+# nsys 2022.4 gives the program pipes, not our files, and its daemonized agent forwards what
+# arrives on them into nsys's stdout, possibly after nsys itself has exited. This stand-in nsys
+# does the same (a child in its own session writes the program's last line 1 s after the
+# launcher exits), so that the relay's end is tested deterministically.
+_LATE_FORWARDING_NSYS = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2022.4.2.1-late"; exit 0; fi
+setsid sh -c 'sleep 1; echo "the program, forwarded late"' &
+echo "the program, forwarded at once"
+exit 1
+"""
+
+
+def test_output_forwarded_after_nsys_exits_still_reaches_the_user(tmp_path: Path) -> None:
+    """CI of 2026-12-02 lost the program's stdout once (nsys returned before its agent had
+    forwarded the line): the relay now keeps copying until every process of the capture is
+    gone (bounded), so a late line is in stdout and in OUT.log."""
+    fake = tmp_path / "nsys"
+    fake.write_text(_LATE_FORWARDING_NSYS)
+    fake.chmod(0o755)
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "profile", "-o", str(tmp_path / "run"), "--", "true"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "SPECNSYS_NSYS": str(fake)},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [
+        "the program, forwarded at once", "the program, forwarded late"], done.stdout
+    assert done.stderr.startswith("specnsys: error: nsys profile produced no report: "), done.stderr
