@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -337,6 +338,17 @@ def _ranks(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def unlisted(d: Mapping[str, Any]) -> tuple[str, ...]:
+    """Keys of ``not_available`` that a reader of the text (or the report) is not missing:
+    ``ranks`` (one process analysed is the single-process view: nothing to say where nothing
+    changed) and ``os_runtime``, except for a generic run without GPU work, where the OS
+    runtime calls are what the CPU did (a model run's text stays on its phases; the JSON has
+    them and their reason)."""
+    if d.get("mode") == "generic" and not d.get("gpu"):
+        return ("ranks",)
+    return ("ranks", "os_runtime")
+
+
 def _window_basis(d: dict[str, Any]) -> str:
     """What set the window, in words (``window_source``; inferred for an older result)."""
     source = d.get("window_source")
@@ -452,9 +464,7 @@ def render_analysis_text(d: dict[str, Any]) -> str:
     ):
         if block:
             lines += ["", *block]
-    # no ranks section is the single-process view: nothing to say where nothing changed;
-    # the OS runtime calls are in the JSON (the text of a model run stays on its phases)
-    lines += _not_available(d["not_available"], skip=("ranks", "os_runtime"))
+    lines += _not_available(d["not_available"], skip=unlisted(d))
     if d["warnings"]:
         lines += ["", *_warnings(d["warnings"])]
     return "\n".join(lines)
@@ -474,9 +484,7 @@ def _render_generic_text(d: dict[str, Any]) -> str:
     for block in blocks:
         if block:
             lines += ["", *block]
-    # a run with GPU work is not missing anything by lacking OS runtime calls
-    skip = ("ranks", "os_runtime") if d["gpu"] else ("ranks",)
-    lines += _not_available(d["not_available"], skip=skip)
+    lines += _not_available(d["not_available"], skip=unlisted(d))
     if d["warnings"]:
         lines += ["", *_warnings(d["warnings"])]
     return "\n".join(lines)
