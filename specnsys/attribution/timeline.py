@@ -50,6 +50,7 @@ from specnsys.attribution.phase_map import (
     phase_ranges,
 )
 from specnsys.attribution.rules import REQUEST, PhaseRules
+from specnsys.ingest.summary import OSRT_CALL_SQL
 from specnsys.vocabulary import DOMAIN, PHASES, SPEC_ACCELERABLE, STEP_PHASE
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ NO_WINDOW = (
 )
 
 #: The process's OS runtime calls (not the markers of that tracing starting and finishing).
-OSRT_CALLS = "osrt WHERE kind = 'call'"
+OSRT_CALLS = f"osrt WHERE {OSRT_CALL_SQL}"
 
 
 def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple[Any, ...] | None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from specnsys.ingest.summary import OSRT_CALL_SQL
+
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
@@ -30,12 +32,12 @@ OS_RUNTIME_OF = (
 # A call counts when it overlaps the window, or is an instant inside it; backwards rows (an
 # end before the start) are ignored, as everywhere. The markers of OS runtime tracing
 # starting and finishing are not calls. One row per function, and one (``total``) for all.
-_CALLS = """
+_CALLS = f"""
     WITH c AS (
         SELECT COALESCE(name, '(unnamed)') AS name, global_tid,
                least("end", $we) - greatest(start, $ws) AS ns
         FROM osrt
-        WHERE kind = 'call' AND pid = $pid AND "end" >= start
+        WHERE {OSRT_CALL_SQL} AND pid = $pid AND "end" >= start
           AND ((start < $we AND "end" > $ws) OR (start = "end" AND start BETWEEN $ws AND $we))
     )
     SELECT GROUPING(name) = 1 AS total, name, count(*) AS calls,
