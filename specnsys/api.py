@@ -331,7 +331,7 @@ def phases(
     GPU work or has phase ranges, each over its own window, with its NCCL time per phase and
     the straggler (:mod:`specnsys.metrics.ranks`); the result's ``ranks``."""
     from specnsys.attribution.category_time import phase_categories
-    from specnsys.attribution.timeline import exclusive_phase_times
+    from specnsys.attribution.timeline import NO_WINDOW, exclusive_phase_times
 
     if by not in ("phase", "category"):
         raise UsageError(f"phases are split by 'phase' or 'category', not {by!r}")
@@ -352,7 +352,7 @@ def phases(
             ranks = _all_ranks(trace, context, breakdown)
     if breakdown.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
-        raise BadInputError(f"{path}: nothing to attribute ({who} no phase ranges, CUDA API calls or GPU work)")
+        raise BadInputError(f"{path}: nothing to attribute ({who} {NO_WINDOW})")
     not_available = {
         key: caps[cap].reason
         for key, cap in (("gpu", "gpu_activity"), ("cuda_api", "cuda_api"))

@@ -223,8 +223,9 @@ def test_summary_and_capabilities(trace: specnsys.Trace) -> None:
     assert caps["acceptance_marks"] and caps["gpu_bandwidth_spec"]
     assert s.processes == [
         {"pid": 4242, "name": "python3", "threads": 2, "nvtx_events": 12,
-         "runtime_calls": 3, "kernels": 1}
+         "runtime_calls": 3, "kernels": 1, "osrt_calls": 0, "cpu_samples": 0}
     ]
+    assert not caps["os_runtime"] and not caps["cpu_samples"]
 
 
 def test_missing_tables_give_typed_empty_tables(tmp_path: Path) -> None:

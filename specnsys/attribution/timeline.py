@@ -50,12 +50,16 @@ from specnsys.attribution.phase_map import (
     phase_ranges,
 )
 from specnsys.attribution.rules import REQUEST, PhaseRules
+from specnsys.ingest.summary import OSRT_CALL_SQL
 from specnsys.vocabulary import DOMAIN, PHASES, SPEC_ACCELERABLE, STEP_PHASE
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
-__all__ = ["STEP_PHASE", "PhaseBreakdown", "exclusive_phase_times", "step_phase"]
+__all__ = [
+    "NO_WINDOW", "STEP_PHASE", "WINDOW_SOURCES", "PhaseBreakdown", "exclusive_phase_times",
+    "step_phase",
+]
 
 def step_phase(counts: Mapping[str, int], walls: Mapping[str, int]) -> str:
     """The phase whose ranges are a run's decode steps, from its range counts and wall times
@@ -108,6 +112,9 @@ class PhaseBreakdown:
     graph_notes: list[str] = field(default_factory=list)
     """CUDA graph work of the process in the window attributed to its launch's phase instead
     of the phase its node was captured in, and why (:func:`.graph_nodes.graph_notes`)."""
+    window_source: str | None = None
+    """What set the window: a key of :data:`WINDOW_SOURCES` (None in a breakdown kept by an
+    older version)."""
     kernel_names: list[dict[str, Any]] | None = None
     """Per (``phase``, kernel ``name``): ``count`` and ``ns`` (durations clipped to the
     window) of the kernels the process ran in the window, from the same attributed ops as
@@ -145,7 +152,27 @@ FRAME_SCHEMA = {
 
 #: Version of the timeline's semantics, part of the key of breakdowns kept in the trace cache:
 #: bump it whenever a change to this package would give a different breakdown.
-TIMELINE_VERSION = 4  # 2: range_counts; 3: kernel_names; 4: a CUDA-API-only window
+TIMELINE_VERSION = 5  # 2: range_counts; 3: kernel_names; 4: a CUDA-API-only window;
+# 5: windows of OS runtime calls or CPU samples alone, window_source
+
+#: What can set a process's window, in the order tried: each is used only without the ones
+#: before it (a trace of a CPU-only program still has a run to look at).
+WINDOW_SOURCES = {
+    "requests": "first request start to last request end",
+    "ranges_gpu": "the span of the process's phase ranges and GPU work",
+    "cuda_api": "the span of the process's CUDA API calls",
+    "os_runtime": "the span of the process's OS runtime calls",
+    "cpu_samples": "the process's first to last CPU sample",
+}
+
+#: What a process with no window lacks: every kind of event :func:`_window` looks for.
+NO_WINDOW = (
+    "no phase ranges, GPU work, CUDA API calls, OS runtime calls or CPU samples "
+    "spanning any time"
+)
+
+#: The process's OS runtime calls (not the markers of that tracing starting and finishing).
+OSRT_CALLS = f"osrt WHERE {OSRT_CALL_SQL}"
 
 
 def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
@@ -161,7 +188,8 @@ _ALL_OPS = """(
 
 def _choose_pid(trace: Trace, ranges: pl.DataFrame) -> int | None:
     """The process with the most phase *ranges* (ties: the lowest pid), else with the most
-    GPU ops, else the first with NVTX ranges."""
+    GPU ops, else the first with NVTX ranges, else the one with the most CUDA API calls, OS
+    runtime calls or CPU samples, in that order."""
     by_pid = ranges.filter(pl.col("pid").is_not_null()).group_by("pid").len()
     if by_pid.height:
         return int(by_pid.sort(["len", "pid"], descending=[True, False])["pid"][0])
@@ -172,10 +200,15 @@ def _choose_pid(trace: Trace, ranges: pl.DataFrame) -> int | None:
     )
     if row is None:
         row = _one(trace, "SELECT min(pid) FROM nvtx WHERE kind IN ('push_pop', 'start_end')")
-    if row is None or row[0] is None:  # neither ranges nor GPU work: the busiest CUDA API user
+    # neither ranges nor GPU work: the busiest CUDA API user, else OS runtime user, else the
+    # most sampled process
+    for source in ("runtime", OSRT_CALLS, "cpu_samples"):
+        if row is not None and row[0] is not None:
+            break
+        where = "AND" if " WHERE " in source else "WHERE"
         row = _one(
             trace,
-            "SELECT pid FROM runtime WHERE pid IS NOT NULL "
+            f"SELECT pid FROM {source} {where} pid IS NOT NULL "
             "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
         )
     return None if row is None or row[0] is None else int(row[0])
@@ -212,9 +245,11 @@ def _range_counts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> d
     return {str(p): int(n) for p, n in starts.group_by("phase").len().iter_rows()}
 
 
-def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]:
+def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int, str | None]:
+    """The window ``(start, end, source)`` of process *pid*; *source* is a key of
+    :data:`WINDOW_SOURCES` (None with no window)."""
     if pid is None:
-        return 0, 0
+        return 0, 0, None
     # The request ranges set the window (one ending before it starts is ignored, as every
     # backwards range is); the span of everything, a scan of every GPU op, is only needed
     # without them or to close a request that never ended.
@@ -227,7 +262,7 @@ def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]
     )
     requests = req if req is not None and req[2] > 0 else None  # the aggregate, when any
     if requests is not None and not requests[3]:
-        return int(requests[0]), int(requests[1])
+        return int(requests[0]), int(requests[1]), "requests"
     span = _one(
         trace,
         f"""SELECT min(s), max(e) FROM (
@@ -238,20 +273,28 @@ def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int]
                 SELECT start, "end" FROM {_ALL_OPS} WHERE pid = $pid AND "end" >= start)""",
         {"pid": pid},
     )
+    source = "ranges_gpu"
+    # no range and no GPU work: the span of what the process did on the CPU, from the first
+    # source that has any (a capture of a program that only talks to the driver, or runs on
+    # the CPU alone, is still a run to look at)
+    fallbacks = (
+        ("cuda_api", 'SELECT min(start), max("end") FROM runtime WHERE pid = $pid AND "end" >= start'),
+        (
+            "os_runtime",
+            f'SELECT min(start), max("end") FROM {OSRT_CALLS} AND pid = $pid AND "end" >= start',
+        ),
+        ("cpu_samples", "SELECT min(timestamp), max(timestamp) FROM cpu_samples WHERE pid = $pid"),
+    )
+    for name, sql in fallbacks:
+        if span is not None and span[0] is not None:
+            break
+        span, source = _one(trace, sql, {"pid": pid}), name
     if span is None or span[0] is None:
-        # no range and no GPU work: the span of the process's CUDA API calls, if it made any
-        # (a capture of a program that only talks to the driver is still a run to look at)
-        span = _one(
-            trace,
-            'SELECT min(start), max("end") FROM runtime WHERE pid = $pid AND "end" >= start',
-            {"pid": pid},
-        )
-    if span is None or span[0] is None:
-        return 0, 0
+        return 0, 0, None
     span_start, span_end = int(span[0]), int(span[1])
     if requests is not None:  # an unclosed request runs to the end of the span (holding them all)
-        return int(requests[0]), span_end
-    return span_start, span_end
+        return int(requests[0]), span_end, "requests"
+    return span_start, span_end, source
 
 
 def _segments(islands: pl.DataFrame, cpu_ranges: pl.DataFrame, ws: int, we: int) -> pl.DataFrame:
@@ -335,7 +378,8 @@ def exclusive_phase_times(
     named one of *phases*. *pid* defaults to the process with the most phase ranges (or,
     without any, the most GPU ops). The window runs from its first ``request`` start to its
     last ``request`` end, or spans its NVTX ranges and GPU ops when it has no ``request``
-    range. The driver thread is its thread with the most phase ranges. See
+    range; without either, its CUDA API calls, else its OS runtime calls, else its CPU
+    samples (:data:`WINDOW_SOURCES`; all of such a window is ``unannotated``). The driver thread is its thread with the most phase ranges. See
     :class:`PhaseBreakdown` for the columns. *context* (an
     :class:`~specnsys.attribution.context.AttributionContext` of the same rules) supplies the
     phase index when the caller has one.
@@ -359,7 +403,7 @@ def exclusive_phase_times(
     ranges = phase_ranges(con, mapping)
     if pid is None:
         pid = _choose_pid(trace, ranges)
-    ws, we = _window(trace, pid, mapping)
+    ws, we, window_source = _window(trace, pid, mapping)
     gtid = _driver_thread(ranges, pid)
     cpu_ranges = _cpu_ranges(ranges, gtid, ws, we)
     counts = _range_counts(ranges, gtid, ws, we)
@@ -367,7 +411,7 @@ def exclusive_phase_times(
         index = shared.phase_index(ranges=ranges)
         del ranges
         breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index, shared)
-    breakdown = replace(breakdown, range_counts=counts)
+    breakdown = replace(breakdown, range_counts=counts, window_source=window_source)
     trace.store_derived("phase_breakdown", key, breakdown.to_dict())
     return breakdown
 

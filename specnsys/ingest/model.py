@@ -34,7 +34,7 @@ from specnsys.ingest.normalize import (
 from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
 
 #: Bump when the model's tables or columns change, so old caches are not reused.
-MODEL_VERSION = 3
+MODEL_VERSION = 4  # 4: osrt, cpu_samples
 
 MODEL_TABLES = (
     "threads",
@@ -49,6 +49,8 @@ MODEL_TABLES = (
     "sync",
     "gpu_metrics",
     "gpus",
+    "osrt",
+    "cpu_samples",
 )
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND, hard-coded because ENUM tables are optional.
@@ -379,9 +381,59 @@ GPUS = ModelTable(
     "TARGET_INFO_GPU",
 )
 
+#: nsys eventClass codes of OSRT_API rows (ENUM_NSYS_EVENT_CLASS): a traced call, and the two
+#: zero-length markers of OS runtime tracing starting and finishing (nestingLevel NULL).
+OSRT_KINDS = {27: "call", 31: "profiling_started", 32: "profiling_finished"}
+
+OSRT = ModelTable(
+    "osrt",
+    (
+        SourceRead(
+            "raw_osrt",
+            "OSRT_API",
+            tuple(_ints("start", "end", "eventClass", "globalTid", "nameId", "returnValue",
+                        "nestingLevel")),
+        ),
+    ),
+    # An eventClass other than the two markers is a call: a class nsys adds later is counted
+    # rather than dropped.
+    f"""SELECT o.start, o."end", o."end" - o.start AS duration, s.value AS name,
+               CASE o.eventClass WHEN 31 THEN '{OSRT_KINDS[31]}' WHEN 32 THEN '{OSRT_KINDS[32]}'
+                    ELSE '{OSRT_KINDS[27]}' END AS kind,
+               o.eventClass AS event_class, o.returnValue AS return_value,
+               o.nestingLevel AS nesting_level,
+               CAST({PID.format(g="o.globalTid")} AS BIGINT) AS pid,
+               CAST({TID.format(g="o.globalTid")} AS BIGINT) AS tid,
+               o.globalTid AS global_tid
+        FROM raw_osrt o LEFT JOIN strings s ON s.id = o.nameId""",
+    "OSRT_API",
+)
+"""OS runtime library calls (``-t osrt``: read, poll, pthread_cond_wait, ioctl, ...) on the
+host: what the CPU threads waited on or did outside CUDA."""
+
+CPU_SAMPLES = ModelTable(
+    "cpu_samples",
+    (
+        SourceRead(
+            "raw_cpu_samples",
+            "COMPOSITE_EVENTS",
+            tuple(_ints("id", "start", "cpu", "threadState", "globalTid", "cpuCycles")),
+        ),
+    ),
+    f"""SELECT c.id, c.start AS timestamp, c.cpu, c.threadState AS thread_state,
+               c.cpuCycles AS cpu_cycles,
+               CAST({PID.format(g="c.globalTid")} AS BIGINT) AS pid,
+               CAST({TID.format(g="c.globalTid")} AS BIGINT) AS tid,
+               c.globalTid AS global_tid
+        FROM raw_cpu_samples c""",
+    "COMPOSITE_EVENTS",
+)
+"""CPU instruction-pointer samples (``--sample=cpu``): one row per sample of a thread, at an
+instant; its call stack is in SAMPLING_CALLCHAINS (keyed by ``id``), not read here."""
+
 MODEL = (
     THREADS, PROCESSES, NVTX, RUNTIME, KERNELS, MEMCPY, MEMSET, GRAPHS, GRAPH_NODES, SYNC,
-    GPU_METRICS, GPUS,
+    GPU_METRICS, GPUS, OSRT, CPU_SAMPLES,
 )
 assert tuple(t.name for t in MODEL) == MODEL_TABLES
 #: The order tables are built in: the runtime calls first, their raw slices read while
@@ -390,7 +442,7 @@ assert tuple(t.name for t in MODEL) == MODEL_TABLES
 #: :func:`.build.build_model`).
 BUILD_ORDER = (
     RUNTIME, KERNELS, THREADS, PROCESSES, NVTX, MEMCPY, MEMSET, GRAPHS, GRAPH_NODES, SYNC,
-    GPU_METRICS, GPUS,
+    GPU_METRICS, GPUS, OSRT, CPU_SAMPLES,
 )
 assert set(BUILD_ORDER) == set(MODEL) and len(BUILD_ORDER) == len(MODEL)
 
@@ -414,6 +466,8 @@ ROW_LOCAL_SOURCE = {
     "sync": "raw_sync",
     "gpu_metrics": "raw_gpu_metrics",
     "gpus": "raw_gpus",
+    "osrt": "raw_osrt",
+    "cpu_samples": "raw_cpu_samples",
 }
 assert set(ROW_LOCAL_SOURCE) == set(MODEL_TABLES)
 # Consecutive tables are built overlapping (see :func:`.build.build_model`): their side tables

@@ -35,6 +35,9 @@ TABLE_MEANINGS: dict[str, str] = {
     "sync": "one row per CUDA synchronization (event, stream or context)",
     "gpu_metrics": "one row per GPU metrics sample (--gpu-metrics-devices)",
     "gpus": "one row per GPU of the target",
+    "osrt": "one row per OS runtime library call on the host (-t osrt: read, poll, "
+    "pthread_cond_wait, ...), and per marker of that tracing starting or finishing",
+    "cpu_samples": "one row per CPU sample of a thread (--sample=cpu)",
 }
 
 # Columns that several GPU-activity tables share, with one meaning each.
@@ -184,6 +187,30 @@ COLUMN_MEANINGS: dict[str, dict[str, str]] = {
         "compute_major": "compute capability, major",
         "compute_minor": "compute capability, minor",
     },
+    "osrt": {
+        "start": "call start on the host (ns, session clock)",
+        "end": "call end on the host (ns, session clock)",
+        "duration": "end - start (ns)",
+        "name": "function name (read, poll, ioctl, pthread_cond_wait, ...)",
+        "kind": "call, or profiling_started / profiling_finished: the zero-length markers of "
+        "OS runtime tracing (eventClass 31/32), not calls",
+        "event_class": "nsys eventClass: 27 OS runtime call, 31/32 tracing started/finished",
+        "return_value": "the function's return value",
+        "nesting_level": "0 for a call made outside any other traced call; NULL for markers",
+        "pid": "process id (decoded from global_tid)",
+        "tid": "calling thread (decoded from global_tid)",
+        "global_tid": "nsys global thread id, as in the export",
+    },
+    "cpu_samples": {
+        "id": "the sample's id in COMPOSITE_EVENTS (its call stack: SAMPLING_CALLCHAINS.id)",
+        "timestamp": "sample time (ns, session clock)",
+        "cpu": "CPU the thread was running on",
+        "thread_state": "nsys threadState code (ENUM_SAMPLING_THREAD_STATE)",
+        "cpu_cycles": "value of the PMU cycle counter nsys recorded with the sample",
+        "pid": "process id (decoded from global_tid)",
+        "tid": "sampled thread (decoded from global_tid)",
+        "global_tid": "nsys global thread id, as in the export",
+    },
 }
 
 #: What holds for every table (printed above the tables).
@@ -276,4 +303,6 @@ def _reference_export(folder: Path) -> Path:
     b.sync(470, 480, 5)
     b.gpu(0)
     b.gpu_metric(400, 0, 1, "DRAM Read Bandwidth [Throughput %]", 50)
+    b.osrt(120, 140, "pthread_cond_wait")
+    b.cpu_sample(130)
     return b.write(folder / "reference.sqlite")

@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
     import duckdb
 
-SPAN_TABLES = ("nvtx", "runtime", "kernels", "memcpy", "memset", "graphs", "sync")
+#: Tables of events with a start (and an end); ``cpu_samples`` (instants) counts too.
+#: The OS runtime rows that are calls (not the markers of that tracing starting or finishing).
+OSRT_CALL_SQL = "kind = 'call'"
+
+SPAN_TABLES = ("nvtx", "runtime", "kernels", "memcpy", "memset", "graphs", "sync", "osrt")
 
 
 @dataclass(frozen=True)
@@ -106,9 +110,12 @@ def summarize(
     }
     # NVTX domain/category/thread-name rows are definitions, not events: they stay out.
     bounds = " UNION ALL ".join(
-        f'SELECT min(start) AS lo, max(COALESCE("end", start)) AS hi FROM {t}'
-        + (" WHERE kind IN ('push_pop', 'start_end', 'mark')" if t == "nvtx" else "")
-        for t in SPAN_TABLES
+        [
+            f'SELECT min(start) AS lo, max(COALESCE("end", start)) AS hi FROM {t}'
+            + (" WHERE kind IN ('push_pop', 'start_end', 'mark')" if t == "nvtx" else "")
+            for t in SPAN_TABLES
+        ]
+        + ["SELECT min(timestamp), max(timestamp) FROM cpu_samples"]
     )
     lo, hi = _one_row(con, f"SELECT min(lo), max(hi) FROM ({bounds})")
     kinds = dict(con.execute("SELECT kind, count(*) FROM nvtx GROUP BY kind ORDER BY kind").fetchall())
@@ -141,29 +148,38 @@ def _one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...]:
 
 
 def _processes(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
-    """Processes that own events, with their name, thread count and event counts."""
+    """Processes that own events, with their name, thread count and event counts (OS runtime
+    counts calls only, not the markers of its tracing starting and finishing)."""
     rows = con.execute(
-        """
+        f"""
         WITH active AS (
             SELECT pid, 'nvtx' AS src, count(*) AS n FROM nvtx GROUP BY pid
             UNION ALL SELECT pid, 'runtime', count(*) FROM runtime GROUP BY pid
             UNION ALL SELECT pid, 'kernels', count(*) FROM kernels GROUP BY pid
+            UNION ALL SELECT pid, 'osrt', count(*) FROM osrt WHERE {OSRT_CALL_SQL} GROUP BY pid
+            UNION ALL SELECT pid, 'samples', count(*) FROM cpu_samples GROUP BY pid
         ),
         per_pid AS (
             SELECT pid, sum(n) FILTER (WHERE src = 'nvtx') AS nvtx,
                    sum(n) FILTER (WHERE src = 'runtime') AS runtime,
-                   sum(n) FILTER (WHERE src = 'kernels') AS kernels
+                   sum(n) FILTER (WHERE src = 'kernels') AS kernels,
+                   sum(n) FILTER (WHERE src = 'osrt') AS osrt,
+                   sum(n) FILTER (WHERE src = 'samples') AS samples
             FROM active WHERE pid IS NOT NULL GROUP BY pid
         ),
         names AS (SELECT pid, any_value(name) AS name FROM processes GROUP BY pid),
         threads AS (SELECT pid, count(*) AS threads FROM threads GROUP BY pid)
         SELECT p.pid, n.name, COALESCE(t.threads, 0), COALESCE(p.nvtx, 0),
-               COALESCE(p.runtime, 0), COALESCE(p.kernels, 0)
+               COALESCE(p.runtime, 0), COALESCE(p.kernels, 0), COALESCE(p.osrt, 0),
+               COALESCE(p.samples, 0)
         FROM per_pid p LEFT JOIN names n USING (pid) LEFT JOIN threads t USING (pid)
         ORDER BY p.pid
         """
     ).fetchall()
-    keys = ("pid", "name", "threads", "nvtx_events", "runtime_calls", "kernels")
+    keys = (
+        "pid", "name", "threads", "nvtx_events", "runtime_calls", "kernels", "osrt_calls",
+        "cpu_samples",
+    )
     return [dict(zip(keys, (int(r[0]), r[1], *map(int, r[2:])), strict=True)) for r in rows]
 
 
@@ -171,6 +187,8 @@ def _capabilities(con: duckdb.DuckDBPyConnection, s: TraceSummary) -> dict[str, 
     ranges = s.nvtx_kinds.get("push_pop", 0) + s.nvtx_kinds.get("start_end", 0)
     api = int(_one_row(con, f"SELECT count(*) FROM runtime WHERE {API_CALL_SQL}")[0])
     gpu_ops = sum(s.row_counts.get(t, 0) for t in ("kernels", "memcpy", "memset", "graphs"))
+    osrt = int(_one_row(con, f"SELECT count(*) FROM osrt WHERE {OSRT_CALL_SQL}")[0])
+    samples = s.row_counts.get("cpu_samples", 0)
     bandwidth = int(
         _one_row(con, "SELECT count(*) FROM gpus WHERE memory_bandwidth > 0")[0]
     )
@@ -219,6 +237,16 @@ def _capabilities(con: duckdb.DuckDBPyConnection, s: TraceSummary) -> dict[str, 
             s.row_counts["gpu_metrics"] > 0,
             f"{s.row_counts['gpu_metrics']} GPU metric samples",
             "no GPU_METRICS rows (capture with --gpu-metrics-devices)",
+        ),
+        "os_runtime": cap(
+            osrt > 0,
+            f"{osrt} OS runtime calls (what the CPU threads waited on or did outside CUDA)",
+            "no OS runtime calls (captured without -t osrt)",
+        ),
+        "cpu_samples": cap(
+            samples > 0,
+            f"{samples} CPU samples",
+            "no CPU samples (captured without --sample=cpu)",
         ),
         "gpu_bandwidth_spec": cap(
             bandwidth > 0,

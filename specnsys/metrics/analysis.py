@@ -27,13 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 from specnsys import __version__
 from specnsys.attribution import builtin_rules, exclusive_phase_times
-from specnsys.attribution.timeline import TIMELINE_VERSION, PhaseBreakdown, step_phase
+from specnsys.attribution.timeline import (
+    NO_WINDOW,
+    TIMELINE_VERSION,
+    WINDOW_SOURCES,
+    PhaseBreakdown,
+    step_phase,
+)
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
 from specnsys.metrics.acceptance import acceptance_stats
 from specnsys.metrics.bandwidth import memory_bandwidth
 from specnsys.metrics.events import Scope, resolve
 from specnsys.metrics.memory import device_memory
+from specnsys.metrics.os_runtime import os_runtime_calls
 from specnsys.metrics.ranks import ranks_of_analysis
 from specnsys.metrics.requests import distribution, request_latencies
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
@@ -71,8 +78,9 @@ _MISSING_EVERYTHING = (
 #: bump it whenever a change here would give a different result.
 # 2: tokens derived from acceptance marks / forward steps, tokens_source;
 # 3: the generic mode, gpu_time and top_kernels; 4: ranks (every process of a multi-process
-# run, specnsys.metrics.ranks); 5: kernel categories per phase
-ANALYSIS_VERSION = 6
+# run, specnsys.metrics.ranks); 5: kernel categories per phase; 7: os_runtime, window_source
+# and windows of OS runtime calls or CPU samples alone
+ANALYSIS_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,12 @@ class Analysis:
     top_kernels: dict[str, Any] | None = None
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    os_runtime: dict[str, Any] | None = None
+    """The analysed process's OS runtime calls in the window, by function
+    (:func:`specnsys.metrics.os_runtime.os_runtime_calls`); None with the reason in
+    ``not_available["os_runtime"]``."""
+    window_source: str | None = None
+    """What set the window: a key of :data:`~specnsys.attribution.timeline.WINDOW_SOURCES`."""
     ranks: dict[str, Any] | None = None
     """Every process that launched GPU work or has phase ranges, when there are several and
     no ``pid`` was given (:func:`specnsys.metrics.ranks.ranks_dict`); else None, and
@@ -153,6 +167,8 @@ class Analysis:
             "window_start_ns": self.window_start_ns,
             "window_end_ns": self.window_end_ns,
             "window_ns": self.window_ns,
+            "window_source": self.window_source,
+            "window_of": WINDOW_SOURCES.get(self.window_source or ""),
             "tokens": self.tokens,
             "tokens_source": self.tokens_source,
             "steps": self.steps,
@@ -179,6 +195,7 @@ class Analysis:
             "gpu": self.gpu,
             "gpu_time": self.gpu_time,
             "top_kernels": self.top_kernels,
+            "os_runtime": self.os_runtime,
             "not_available": dict(self.not_available),
             "warnings": list(self.warnings),
             "ranks": self.ranks,
@@ -333,7 +350,7 @@ def _analyze(
     caps = trace.summary.capabilities
     if b.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
-        raise BadInputError(f"{path}: nothing to analyze ({who} no phase ranges, CUDA API calls or GPU work)")
+        raise BadInputError(f"{path}: nothing to analyze ({who} {NO_WINDOW})")
     scope = Scope.of(b, mapping, context)
     gpu = bool(caps["gpu_activity"].available)
     counts = b.range_counts
@@ -446,6 +463,11 @@ def _analyze(
     if top_reason:
         na["top_kernels"] = top_reason
 
+    # what the CPU threads did outside CUDA (the only timed events of a CPU-only capture)
+    osrt, osrt_reason = os_runtime_calls(trace, b.pid, (b.window_start_ns, b.window_end_ns))
+    if osrt_reason:
+        na["os_runtime"] = osrt_reason
+
     unclosed = int(getattr(b, "unclosed_ranges", 0) or 0)
     if unclosed:
         warnings.append(f"{unclosed} phase ranges never closed; counted up to the window end")
@@ -482,6 +504,8 @@ def _analyze(
         gpu=gpu,
         gpu_time=gpu_time,
         top_kernels=top,
+        os_runtime=osrt,
+        window_source=b.window_source,
         not_available=na,
         warnings=warnings,
         ranks=ranks,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -337,13 +338,51 @@ def _ranks(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def unlisted(d: Mapping[str, Any]) -> tuple[str, ...]:
+    """Keys of ``not_available`` that a reader of the text (or the report) is not missing:
+    ``ranks`` (one process analysed is the single-process view: nothing to say where nothing
+    changed) and ``os_runtime``, except for a generic run without GPU work, where the OS
+    runtime calls are what the CPU did (a model run's text stays on its phases; the JSON has
+    them and their reason)."""
+    if d.get("mode") == "generic" and not d.get("gpu"):
+        return ("ranks",)
+    return ("ranks", "os_runtime")
+
+
 def _window_basis(d: dict[str, Any]) -> str:
-    if d["requests"]:
+    """What set the window, in words (``window_source``; inferred for an older result)."""
+    source = d.get("window_source")
+    if source == "requests" or (source is None and d["requests"]):
         return "first request start to last request end"
     ranged = any(row.get("ranges") for row in d["phases"].values())
-    if not ranged and not d["gpu"]:
+    if source == "cuda_api" or (source is None and not ranged and not d["gpu"]):
         return "no ranges and no GPU work: the span of the process's CUDA API calls"
+    if source == "os_runtime":
+        return "no ranges, GPU work or CUDA API calls: the span of the process's OS runtime calls"
+    if source == "cpu_samples":
+        return (
+            "no ranges, GPU work, CUDA API or OS runtime calls: the process's first to last "
+            "CPU sample"
+        )
     return "no request ranges: the span of the process's ranges and GPU work"
+
+
+def _os_runtime(d: dict[str, Any], limit: int = 5) -> list[str]:
+    """The process's largest OS runtime functions: what its CPU threads waited on or did."""
+    osrt = d.get("os_runtime")
+    if not osrt:
+        return []
+    threads = f"{osrt['threads']:,} thread" + ("s" if osrt["threads"] != 1 else "")
+    lines = [
+        f"OS runtime calls: {osrt['calls']:,} calls of {osrt['functions']:,} functions on "
+        f"{threads}, {_ms(osrt['ns'])} ms",
+        f"  ({osrt['of']}):",
+    ]
+    for f in osrt["top"][:limit]:
+        lines.append(f"  {_ms(f['ns']):>10} ms  x{f['calls']:<7,} {_short(f['name'], 60)}")
+    if osrt["functions"] > limit:
+        lines.append(f"  ({osrt['functions'] - limit} more functions: --json lists the top 10)")
+    return lines
 
 
 def _generic_headline(d: dict[str, Any]) -> list[str]:
@@ -425,8 +464,7 @@ def render_analysis_text(d: dict[str, Any]) -> str:
     ):
         if block:
             lines += ["", *block]
-    # no ranks section is the single-process view: nothing to say where nothing changed
-    lines += _not_available(d["not_available"], skip=("ranks",))
+    lines += _not_available(d["not_available"], skip=unlisted(d))
     if d["warnings"]:
         lines += ["", *_warnings(d["warnings"])]
     return "\n".join(lines)
@@ -442,10 +480,11 @@ def _render_generic_text(d: dict[str, Any]) -> str:
         # no accelerable phase: the table's footnote about them does not apply
         *_phase_table(d, max([16, *(min(len(p), 40) + 2 for p in d["phases"])]), 40)[:-1],
     ]
-    for block in (_ranks(d), _top_kernels(d), _latency(d), _bandwidth(d), _memory(d)):
+    blocks = (_ranks(d), _top_kernels(d), _os_runtime(d), _latency(d), _bandwidth(d), _memory(d))
+    for block in blocks:
         if block:
             lines += ["", *block]
-    lines += _not_available(d["not_available"], skip=("ranks",))
+    lines += _not_available(d["not_available"], skip=unlisted(d))
     if d["warnings"]:
         lines += ["", *_warnings(d["warnings"])]
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specnsys.metrics.tokens import source_words
-from specnsys.report.analyze_text import straggler_line
+from specnsys.report.analyze_text import straggler_line, unlisted
 from specnsys.report.palette import phase_color
 
 __all__ = ["ReportFigure", "inline_svg", "render_report_html"]
@@ -453,7 +453,23 @@ def _analysis_block(label: str, a: Mapping[str, Any]) -> str:
         + _table(["metric", "value"], summary)
         + _table(["phase", "exclusive ms", "share of window", "GPU busy ms"], rows, classes)
         + "</div>"
+        + _os_runtime_block(a)
         + _processes_block(a.get("ranks"), a.get("pid"))
+    )
+
+
+def _os_runtime_block(a: Mapping[str, Any], limit: int = 10) -> str:
+    """A generic run's OS runtime calls by function (what its CPU threads waited on or did
+    outside CUDA); empty for a model run (its JSON has them) or without any."""
+    osrt = a.get("os_runtime")
+    if a.get("mode") != "generic" or not osrt:
+        return ""
+    rows = [[_e(f["name"]), _num(f["calls"], ","), _ms(f["ns"])] for f in osrt["top"][:limit]]
+    return (
+        f'<p>OS runtime calls of process {_e(osrt["pid"])} in the window: '
+        f'{_num(osrt["calls"], ",")} calls of {_num(osrt["functions"], ",")} functions, '
+        f'{_e(_ms(osrt["ns"]))} ms ({_e(osrt["of"])}).</p>'
+        + _table(["function", "calls", "summed ms"], rows, left=1)
     )
 
 
@@ -501,7 +517,7 @@ def _not_available(
         [_e(label), _e(metric), f'<span class="text">{_e(reason)}</span>']
         for label, a in runs
         for metric, reason in (a.get("not_available") or {}).items()
-        if metric != "ranks"  # one process analysed is the report's view, not a missing figure
+        if metric not in unlisted(a)  # as the text: one process analysed is the report's view
     ]
     rows += [
         ["comparison", _e(metric), f'<span class="text">{_e(reason)}</span>']

@@ -48,14 +48,18 @@ def render_info_text(summary: TraceSummary, *, path: str, cache: str) -> str:
         lines.append(f"NVTX domains: {', '.join(summary.nvtx_domains)}")
     lines += ["", "processes with events"]
     if summary.processes:
-        lines.append(f"{'pid':>9}  {'threads':>7}  {'nvtx':>8}  {'cuda api':>8}  {'kernels':>8}  name")
+        lines.append(
+            f"{'pid':>9}  {'threads':>7}  {'nvtx':>8}  {'cuda api':>8}  {'kernels':>8}  "
+            f"{'os rt':>8}  {'samples':>8}  name"
+        )
         for p in summary.processes:
             lines.append(
                 f"{p['pid']:>9}  {p['threads']:>7,}  {p['nvtx_events']:>8,}  "
-                f"{p['runtime_calls']:>8,}  {p['kernels']:>8,}  {p['name'] or '?'}"
+                f"{p['runtime_calls']:>8,}  {p['kernels']:>8,}  {p.get('osrt_calls', 0):>8,}  "
+                f"{p.get('cpu_samples', 0):>8,}  {p['name'] or '?'}"
             )
     else:
-        lines.append("  none (no NVTX, CUDA API or kernel rows)")
+        lines.append("  none (no NVTX, CUDA API, kernel, OS runtime or CPU sample rows)")
     lines += ["", "what can be analyzed"]
     for name, cap in summary.capabilities.items():
         mark = "yes" if cap.available else "no "

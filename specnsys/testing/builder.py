@@ -84,6 +84,16 @@ DDL = {
         "typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, typeName TEXT NOT NULL, "
         "metricId INTEGER NOT NULL, metricName TEXT NOT NULL"
     ),
+    # as nsys 2023.x-2026.x write them (2024.6+ adds argumentsId to OSRT_API, not read)
+    "OSRT_API": (
+        'start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INTEGER NOT NULL, '
+        "globalTid INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, "
+        "nestingLevel INTEGER, callchainId INTEGER NOT NULL"
+    ),
+    "COMPOSITE_EVENTS": (
+        "id INTEGER NOT NULL PRIMARY KEY, start INTEGER NOT NULL, cpu INTEGER, "
+        "threadState INTEGER, globalTid INTEGER, cpuCycles INTEGER NOT NULL"
+    ),
     "TARGET_INFO_GPU": (
         "vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT, "
         "totalMemory INTEGER, memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER, "
@@ -99,6 +109,8 @@ OLD_GRAPH_DDL = DDL["CUDA_GRAPH_NODE_EVENTS"]
 
 #: nsys eventClass codes of the graph events (ENUM_NSYS_EVENT_CLASS).
 GRAPH_NODE_CREATED, GRAPH_EXEC_CREATED, GRAPH_CREATED, GRAPH_CLONED = 77, 94, 95, 96
+#: nsys eventClass codes of OSRT_API rows: a call; OS runtime tracing started / finished.
+OSRT_CALL, OSRT_STARTED, OSRT_FINISHED = 27, 31, 32
 
 
 def global_tid(pid: int, tid: int) -> int:
@@ -315,6 +327,29 @@ class NsysExportBuilder:
         if not any(r[0] == type_id and r[3] == metric_id for r in names):
             names.append((type_id, 0, "GPU", metric_id, name))
         self.rows["GPU_METRICS"].append((t, type_id, metric_id, value))
+
+    # -- CPU side ---------------------------------------------------------------------------
+    def osrt(
+        self, start: int, end: int, name: str, *, pid: int = 1, tid: int = 1,
+        event_class: int = OSRT_CALL, return_value: int = 0,
+    ) -> None:
+        """One OS runtime library row (``-t osrt``): a call of *name* on (*pid*, *tid*) during
+        ``[start, end)``, or with ``OSRT_STARTED``/``OSRT_FINISHED`` the zero-length marker
+        nsys writes when that tracing starts or finishes (nestingLevel NULL, as nsys writes
+        it)."""
+        nesting = 0 if event_class == OSRT_CALL else None
+        self.rows["OSRT_API"].append(
+            (start, end, event_class, global_tid(pid, tid), self.string(name), return_value,
+             nesting, 0)
+        )
+
+    def cpu_sample(
+        self, t: int, *, pid: int = 1, tid: int = 1, cpu: int = 0, thread_state: int = 1,
+        cpu_cycles: int = 0,
+    ) -> None:
+        """One CPU sample (``--sample=cpu``) of thread (*pid*, *tid*) at instant *t*."""
+        rows = self.rows["COMPOSITE_EVENTS"]
+        rows.append((len(rows) + 1, t, cpu, thread_state, global_tid(pid, tid), cpu_cycles))
 
     # -- output -------------------------------------------------------------------------------
     def write(self, path: str | Path) -> Path:
