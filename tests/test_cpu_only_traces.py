@@ -203,6 +203,11 @@ def test_cpu_only_traces_answer_every_command_and_an_empty_one_exits_2(tmp_path:
     assert "the process's first to last CPU sample" in samples_text
     assert "os_runtime: no OS runtime calls (captured without -t osrt)" in samples_text
     assert json.loads(by["samples"][1]["stdout"])["window_ns"] == 7 * US
+    # phases says what set the window too (it gave the bare ns range only)
+    assert "on the session clock: the span of the process's OS runtime calls)" in (
+        by["osrt"][5]["stdout"].splitlines()[0])  # fmt: skip
+    assert by["samples"][5]["stdout"].splitlines()[0].endswith(
+        "on the session clock: the process's first to last CPU sample); GPU busy n/a")
     for r in by["empty"]:  # nothing at all: exit 2, one line naming every kind looked for
         assert r["status"] == 2 and r["stdout"] == "", (r["argv"], r["stdout"])
         assert r["stderr"].count("\n") == 1 and r["stderr"].startswith("specnsys: error: ")

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from specnsys.attribution.timeline import PhaseBreakdown
+from specnsys.attribution.timeline import WINDOW_SOURCES, PhaseBreakdown
 
 GPU_COLUMNS = ("gpu_wall_ns", "gpu_busy_ns", "kernels")
 API_COLUMNS = ("launches",)
@@ -35,6 +35,8 @@ def phases_dict(
         "window_start_ns": b.window_start_ns,
         "window_end_ns": b.window_end_ns,
         "window_ns": b.window_ns,
+        "window_source": b.window_source,
+        "window_of": WINDOW_SOURCES.get(b.window_source or ""),
         "gpu_union_ns": None if "gpu" in na else b.gpu_union_ns,
         "rules": b.rules,
         "unclosed_ranges": b.unclosed_ranges,
@@ -45,6 +47,12 @@ def phases_dict(
 
 def render_phases_json(b: PhaseBreakdown, not_available: dict[str, str] | None = None) -> str:
     return json.dumps(phases_dict(b, not_available), indent=2)
+
+
+def _set_by(b: PhaseBreakdown) -> str:
+    """``: <what set the window>`` (empty for a breakdown kept by an older version)."""
+    words = WINDOW_SOURCES.get(b.window_source or "")
+    return f": {words}" if words else ""
 
 
 def render_phases_text(
@@ -67,7 +75,7 @@ def render_phases_text(
     gpu_busy = "n/a" if "gpu" in na else f"{b.gpu_union_ns / ms:.3f} ms"
     lines = [
         f"process {b.pid}: window {b.window_ns / ms:.3f} ms "
-        f"({b.window_start_ns} to {b.window_end_ns} ns on the session clock); "
+        f"({b.window_start_ns} to {b.window_end_ns} ns on the session clock{_set_by(b)}); "
         f"GPU busy {gpu_busy}",
         f"exclusive wall time per phase (phases from the '{b.rules}' rules; shares of the "
         "window, summing to 100%)",
