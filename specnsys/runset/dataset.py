@@ -62,6 +62,8 @@ HEADLINE_TYPES: dict[str, pl.DataType] = {
     "window_start_ns": pl.Int64(),
     "window_end_ns": pl.Int64(),
     "window_ns": pl.Int64(),
+    "window_source": pl.String(),
+    "window_of": pl.String(),
     "tokens": pl.Int64(),
     "tokens_source": pl.String(),
     "steps": pl.Int64(),
