@@ -114,6 +114,38 @@ def test_a_second_collect_analyses_only_new_or_changed_traces(tmp_path: Path) ->
     assert set(_table(tmp_path / "ds", "runs")["label_commit"]) == {"abc"}
 
 
+def test_a_dataset_of_an_older_version_takes_new_runs_and_a_collect_writes_only_those(
+    tmp_path: Path,
+) -> None:
+    """The bundled sweep dataset was collected before analyze reported ``window_source``. A
+    trace collected into it by this version used to give a runs partition with one column
+    more than the others, and every scan of the table failed (``sweep``: exit 3, a Polars
+    SchemaError). Now every partition has the union of the columns (older runs null there),
+    and a later collect with the same columns rewrites only its own runs' partitions."""
+    ds = tmp_path / "sweep"
+    shutil.copytree(SAMPLES / "sweep", ds)
+    old_runs = pl.scan_parquet(ds / "runs").collect()
+    assert "window_source" not in old_runs.columns  # written by the older version
+    trace = _copies(tmp_path / "t", ["spec_chat_c4_k4"])[0]
+    assert _cli("collect", str(trace), "-o", str(ds)).returncode == 0
+    swept = _cli("sweep", str(ds))
+    assert swept.returncode == 0, swept.stderr
+    runs = pl.scan_parquet(ds / "runs").collect()
+    assert runs.height == old_runs.height + 1
+    assert runs["window_source"].to_list().count("requests") == 1
+    assert runs["window_source"].null_count() == old_runs.height
+
+    def inodes() -> dict[str, int]:
+        return {p.parent.name: p.stat().st_ino for p in (ds / "runs").glob("*/part-0.parquet")}
+
+    before = inodes()
+    _copies(tmp_path / "t2", ["spec_chat_c1_k4"])
+    assert _cli("collect", str(tmp_path / "t2"), "-o", str(ds)).returncode == 0
+    after = inodes()
+    assert len(after) == len(before) + 1
+    assert {k: after[k] for k in before} == before  # earlier partitions left as they were
+
+
 def test_a_failing_trace_is_listed_and_the_others_land(tmp_path: Path) -> None:
     _copies(tmp_path / "t", ["baseline_chat_c4", "spec_chat_c4_k4"])
     broken = tmp_path / "t" / "broken.sqlite"

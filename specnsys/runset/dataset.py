@@ -169,6 +169,7 @@ class Dataset:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.manifest = self._read_manifest()
+        self._written: set[str] = set()  # runs whose partitions this collect wrote
 
     def _read_manifest(self) -> dict[str, Any]:
         path = self.root / MANIFEST
@@ -229,6 +230,7 @@ class Dataset:
             "headline": record.headline,
         }
         self.manifest["failed"].pop(record.trace, None)
+        self._written.add(run_id)
 
     def note_failure(self, trace: str, reason: str) -> None:
         self.manifest["failed"][trace] = reason
@@ -239,23 +241,40 @@ class Dataset:
             self._finish()
 
     def _finish(self) -> None:
-        """Rewrite every ``runs`` partition with the union of the label names, then the
-        manifest (last: until it is written, the previous manifest describes the dataset)."""
+        """Write the ``runs`` partitions, then the manifest (last: until it is written, the
+        previous manifest describes the dataset).
+
+        Every ``runs`` partition has the same columns: the union of the label names and of the
+        headline keys over all runs (a run analysed by an older specnsys gets nulls for a key
+        it did not report), so that one scan reads them all. When that union is the one the
+        manifest recorded, only the runs this collect wrote are written (a nightly's collect
+        costs its new runs, not the dataset's size); when it changed, every partition is."""
         runs = self.manifest["runs"]
         label_names = sorted({name for entry in runs.values() for name in entry["labels"]})
+        # the headline keys of every run, in one order whatever the runs' order: the schema's
+        # own keys first, then any other sorted
+        order = {k: i for i, k in enumerate([*HEADLINE_TYPES, *dict(NESTED_COLUMNS.values())])}
+        found = {k for entry in runs.values() for k in entry["headline"]}
+        keys = sorted(found, key=lambda k: (order.get(k, len(order)), k))
+        schema = {
+            "trace": pl.String(),
+            **{LABEL_PREFIX + n: pl.String() for n in label_names},
+            **_headline_schema(dict.fromkeys(keys)),
+        }
+        columns = [f"{c}:{t}" for c, t in schema.items()]
+        same = self.manifest.get("runs_columns") == columns
         for run_id, entry in runs.items():
+            folder = self.root / "runs" / f"run_id={run_id}"
+            if same and run_id not in self._written and folder.is_dir():
+                continue
             row = {
                 "trace": entry["trace"],
                 **{LABEL_PREFIX + n: entry["labels"].get(n) for n in label_names},
-                **entry["headline"],
-            }
-            schema = {
-                "trace": pl.String(),
-                **{LABEL_PREFIX + n: pl.String() for n in label_names},
-                **_headline_schema(entry["headline"]),
+                **{k: entry["headline"].get(k) for k in keys},
             }
             self._replace_partition("runs", run_id, pl.DataFrame([row], schema=schema))
         self._remove_stale_partitions(set(runs))
+        self.manifest["runs_columns"] = columns
         self.manifest["format"] = FORMAT
         self.root.mkdir(parents=True, exist_ok=True)
         _write_atomically(self.root / MANIFEST, json.dumps(self.manifest, indent=1, sort_keys=True))
