@@ -171,8 +171,6 @@ NO_WINDOW = (
     "spanning any time"
 )
 
-#: The process's OS runtime calls (not the markers of that tracing starting and finishing).
-OSRT_CALLS = f"osrt WHERE {OSRT_CALL_SQL}"
 
 
 def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
@@ -202,13 +200,12 @@ def _choose_pid(trace: Trace, ranges: pl.DataFrame) -> int | None:
         row = _one(trace, "SELECT min(pid) FROM nvtx WHERE kind IN ('push_pop', 'start_end')")
     # neither ranges nor GPU work: the busiest CUDA API user, else OS runtime user, else the
     # most sampled process
-    for source in ("runtime", OSRT_CALLS, "cpu_samples"):
+    for table, rows in (("runtime", "TRUE"), ("osrt", OSRT_CALL_SQL), ("cpu_samples", "TRUE")):
         if row is not None and row[0] is not None:
             break
-        where = "AND" if " WHERE " in source else "WHERE"
         row = _one(
             trace,
-            f"SELECT pid FROM {source} {where} pid IS NOT NULL "
+            f"SELECT pid FROM {table} WHERE {rows} AND pid IS NOT NULL "
             "GROUP BY pid ORDER BY count(*) DESC, pid LIMIT 1",
         )
     return None if row is None or row[0] is None else int(row[0])
@@ -281,7 +278,8 @@ def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int,
         ("cuda_api", 'SELECT min(start), max("end") FROM runtime WHERE pid = $pid AND "end" >= start'),
         (
             "os_runtime",
-            f'SELECT min(start), max("end") FROM {OSRT_CALLS} AND pid = $pid AND "end" >= start',
+            f'SELECT min(start), max("end") FROM osrt WHERE {OSRT_CALL_SQL} AND pid = $pid '
+            'AND "end" >= start',
         ),
         ("cpu_samples", "SELECT min(timestamp), max(timestamp) FROM cpu_samples WHERE pid = $pid"),
     )
@@ -379,7 +377,8 @@ def exclusive_phase_times(
     without any, the most GPU ops). The window runs from its first ``request`` start to its
     last ``request`` end, or spans its NVTX ranges and GPU ops when it has no ``request``
     range; without either, its CUDA API calls, else its OS runtime calls, else its CPU
-    samples (:data:`WINDOW_SOURCES`; all of such a window is ``unannotated``). The driver thread is its thread with the most phase ranges. See
+    samples (:data:`WINDOW_SOURCES`; all of such a window is ``unannotated``). The driver
+    thread is its thread with the most phase ranges. See
     :class:`PhaseBreakdown` for the columns. *context* (an
     :class:`~specnsys.attribution.context.AttributionContext` of the same rules) supplies the
     phase index when the caller has one.

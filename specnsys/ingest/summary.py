@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 
     import duckdb
 
-#: Tables of events with a start (and an end); ``cpu_samples`` (instants) counts too.
 #: The OS runtime rows that are calls (not the markers of that tracing starting or finishing).
 OSRT_CALL_SQL = "kind = 'call'"
 
+#: Tables of events with a start (and an end); ``cpu_samples`` (instants) counts too.
 SPAN_TABLES = ("nvtx", "runtime", "kernels", "memcpy", "memset", "graphs", "sync", "osrt")
 
 
