@@ -1,6 +1,6 @@
 """Hostile and broken exports through every single-trace command, in real subprocesses.
 
-The contract (README "What specnsys promises"): each command answers with exit status 0 (an
+The contract (docs/promises.md): each command answers with exit status 0 (an
 answer, plus ``specnsys: warning:`` lines for whatever it skipped) or 2 (exactly one
 ``specnsys: error:`` line); never 3, never a traceback, never a hang; the input file is
 byte-identical afterwards and the cache holds no half-written entry.
