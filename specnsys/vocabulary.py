@@ -21,13 +21,16 @@ __all__ = [
     "BASELINE_ACCELERABLE",
     "DEVICE_MEMORY_PEAK_MARK",
     "DOMAIN",
+    "DRAFT_ROLE",
     "FIRST_TOKEN_MARK",
     "LAUNCH_NAME_PATTERN",
     "OUTPUT_TOKENS_MARK",
     "PHASES",
     "PHASE_RGB",
+    "PREFILL_ROLES",
     "PROPOSED_MARK",
     "REQUEST_PHASE",
+    "ROLE_PHASES",
     "SAMPLER_PHASE",
     "SPEC_ACCELERABLE",
     "STEP_PHASE",
@@ -89,6 +92,17 @@ SPEC_ACCELERABLE: tuple[str, ...] = ("draft", "verify")
 ACCELERABLE: tuple[str, ...] = BASELINE_ACCELERABLE + SPEC_ACCELERABLE
 """The accelerable phases of either kind of run, in reporting order; every other phase is
 non-accelerable time (the Amdahl ``1 - p``)."""
+
+PREFILL_ROLES: tuple[str, ...] = ("prefill", "draft_prefill")
+"""Phases whose nested accelerable ranges are prefill work (docs/design.md#nesting-by-role):
+a ``forward`` run by a prefill reads the prompt, it is not a decode forward."""
+
+DRAFT_ROLE = "draft"
+"""The phase that owns everything nested in it: the draft model's own sampling, forwards and
+cache work are draft work (docs/design.md#nesting-by-role)."""
+
+ROLE_PHASES: tuple[str, ...] = (*PREFILL_ROLES, DRAFT_ROLE)
+"""Phases that give their nested ranges a role: the outermost of them on a thread decides."""
 
 PHASE_RGB: dict[str, int] = {
     "request": 0x7F7F7F,

@@ -437,7 +437,7 @@ def test_real_cpu_only_capture() -> None:
 
 # -- property test against a brute-force, per-nanosecond reference -----------------------------
 
-PH = ("decode", "draft", "verify", "sample", "kv")
+PH = ("decode", "draft", "verify", "sample", "kv", "prefill", "forward")
 
 
 @st.composite
@@ -484,9 +484,18 @@ def _innermost(ranges: list[tuple[int, int | None, str]], at: int) -> str | None
         return None
     # properly nested: the innermost has the latest start, then the earliest end; identical
     # intervals nest in row order (the later row inside), as the ingester's depth has it
-    return max(
+    nested = sorted(
         inside, key=lambda ir: (ir[1][0], -(ir[1][1] if ir[1][1] is not None else 10**9), ir[0])
-    )[1][2]
+    )
+    name = nested[-1][1][2]
+    # nesting by role (docs/design.md#nesting-by-role): the outermost prefill or draft range
+    # open decides what the innermost range's time is
+    role = next((r[2] for _i, r in nested if r[2] in ("prefill", "draft_prefill", "draft")), None)
+    if role == "draft":
+        return "draft"
+    if role is not None and name in ("forward", "draft", "verify"):
+        return role
+    return name
 
 
 def _reference(spec: dict) -> tuple[int, int, dict[str, Fraction], list[str]]:

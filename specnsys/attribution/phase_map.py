@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.attribution.rules import REQUEST, PhaseRules
+from specnsys.vocabulary import ACCELERABLE, DRAFT_ROLE, PREFILL_ROLES, ROLE_PHASES
 
 if TYPE_CHECKING:
     import duckdb
@@ -41,6 +42,7 @@ __all__ = [
     "drop_phase_index",
     "lookup_phase",
     "mapped_nvtx_sql",
+    "PHASE_RANGE_COLUMNS",
     "phase_change_points",
     "phase_lookup_sql",
     "phase_ranges",
@@ -72,13 +74,81 @@ def mapped_nvtx_sql(rules: PhaseRules, extra: Sequence[str] = ()) -> str:
     """
 
 
+def _sql_list(names: Sequence[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names)
+
+
 def phase_ranges_sql(rules: PhaseRules) -> str:
-    """SELECT of the phase ranges under *rules*: mapped push/pop ranges of known threads."""
+    """SELECT of the phase ranges under *rules*: mapped push/pop ranges of known threads, each
+    with the phase its nesting gives it (docs/design.md#nesting-by-role).
+
+    Columns: ``id, gtid, pid, s, e, depth``; ``named`` (the phase the rules gave the range);
+    ``role`` (the outermost enclosing ``prefill``/``draft_prefill``/``draft`` range of its
+    thread, NULL outside them); ``phase`` (what its time counts as: ``draft`` inside a draft
+    range, the prefill's phase for an accelerable range inside a prefill, else ``named``);
+    ``counted`` (no earlier range of the same ``phase`` is still open on the thread: the ranges
+    that per-range counts and inclusive sums take, so nested ranges of one phase count once);
+    ``srn``/``ern`` (the range's start and end in the thread's total order of boundaries, ends
+    past every end when unclosed: the nesting test ``a.srn < b.srn AND b.ern < a.ern``); ``leaf``
+    (no range of the same ``named`` phase lies inside it: a draft step hooked around hooked
+    draft forwards has the forwards as leaves).
+
+    Boundaries are ordered per thread as :func:`phase_change_points` orders them (ends before
+    starts at one instant, outer starts first), so both see the same nesting.
+    """
     return f"""
-        SELECT id, gtid, pid, s, e, phase, depth
+    WITH base AS (
+        SELECT id, gtid, pid, s, e, depth, phase AS named
         FROM ({mapped_nvtx_sql(rules)})
         WHERE kind = 'push_pop' AND phase IS NOT NULL AND phase <> '{REQUEST}'
           AND gtid IS NOT NULL AND (e IS NULL OR e > s)
+    ),
+    bounds AS (
+        SELECT id, gtid, 1 AS st, s AS t, -coalesce(e, {_OPEN}) AS k1, depth AS k2, id AS k3
+        FROM base
+        UNION ALL
+        SELECT id, gtid, 0, e, -s, -depth, -id FROM base WHERE e IS NOT NULL
+    ),
+    ordered AS (
+        SELECT id, st, row_number() OVER (
+            PARTITION BY gtid ORDER BY t, st, k1 NULLS LAST, k2 NULLS LAST, k3) AS rn
+        FROM bounds
+    ),
+    spans AS (
+        SELECT id, max(rn) FILTER (WHERE st = 1) AS srn,
+               -- unclosed ranges end after everything, the earliest started last (it holds
+               -- the ranges started after it)
+               coalesce(max(rn) FILTER (WHERE st = 0),
+                        {_OPEN} - max(rn) FILTER (WHERE st = 1)) AS ern
+        FROM ordered GROUP BY id
+    ),
+    r AS (SELECT base.*, srn, ern FROM base JOIN spans USING (id)),
+    tops AS (
+        SELECT gtid, srn, ern, named AS role FROM (
+            SELECT gtid, srn, ern, named, max(ern) OVER (
+                PARTITION BY gtid ORDER BY srn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+            ) AS before
+            FROM r WHERE named IN ({_sql_list(ROLE_PHASES)})
+        ) WHERE before IS NULL OR before < srn
+    ),
+    roled AS (
+        SELECT r.*, CASE WHEN t.ern > r.ern THEN t.role END AS role
+        FROM r ASOF LEFT JOIN tops t ON r.gtid = t.gtid AND r.srn > t.srn
+    ),
+    eff AS (
+        SELECT *, CASE
+            WHEN role = '{DRAFT_ROLE}' THEN '{DRAFT_ROLE}'
+            WHEN role IN ({_sql_list(PREFILL_ROLES)}) AND named IN ({_sql_list(ACCELERABLE)})
+                THEN role
+            ELSE named END AS phase
+        FROM roled
+    )
+    SELECT id, gtid, pid, s, e, phase, depth, named, role, srn, ern,
+           coalesce(max(ern) OVER (
+               PARTITION BY gtid, phase ORDER BY srn
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) < srn, true) AS counted,
+           coalesce(lead(srn) OVER (PARTITION BY gtid, named ORDER BY srn) > ern, true) AS leaf
+    FROM eff
     """
 
 
@@ -230,9 +300,14 @@ class PhaseIndex:
     change_points: pl.DataFrame
 
 
+#: The columns of :func:`phase_ranges`'s frame.
+PHASE_RANGE_COLUMNS = "id, gtid, pid, s, e, phase, depth, named, role, srn, ern, counted, leaf"
+
+
 def phase_ranges(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> pl.DataFrame:
-    """The phase ranges of *rules* as a frame: ``id, gtid, pid, s, e, phase, depth``."""
-    sql = f"SELECT id, gtid, pid, s, e, phase, depth FROM ({phase_ranges_sql(rules)})"
+    """The phase ranges of *rules* as a frame: :data:`PHASE_RANGE_COLUMNS` (see
+    :func:`phase_ranges_sql`)."""
+    sql = f"SELECT {PHASE_RANGE_COLUMNS} FROM ({phase_ranges_sql(rules)})"
     frame: pl.DataFrame = con.sql(sql).pl()
     return frame
 

@@ -43,6 +43,7 @@ from specnsys.attribution.launch import (
     attributed_gpu_ops,
     rules_for,
 )
+from specnsys.attribution.nesting import nesting_facts
 from specnsys.attribution.phase_map import (
     PhaseIndex,
     lookup_phase,
@@ -120,6 +121,10 @@ class PhaseBreakdown:
     window) of the kernels the process ran in the window, from the same attributed ops as
     the frame (what a per-phase kernel summary reads, with no second attribution pass);
     None in a breakdown kept by an older version."""
+    nesting: dict[str, Any] | None = None
+    """What the nesting of the driver thread's ranges in the window says: draft leaves (one
+    draft forward at the finest granularity annotated), ranges a role reassigned, structural
+    errors (:func:`.nesting.nesting_facts`); None in a breakdown kept by an older version."""
 
     @property
     def window_ns(self) -> int:
@@ -152,8 +157,9 @@ FRAME_SCHEMA = {
 
 #: Version of the timeline's semantics, part of the key of breakdowns kept in the trace cache:
 #: bump it whenever a change to this package would give a different breakdown.
-TIMELINE_VERSION = 5  # 2: range_counts; 3: kernel_names; 4: a CUDA-API-only window;
-# 5: windows of OS runtime calls or CPU samples alone, window_source
+TIMELINE_VERSION = 6  # 2: range_counts; 3: kernel_names; 4: a CUDA-API-only window;
+# 5: windows of OS runtime calls or CPU samples alone, window_source; 6: nesting by role
+# (docs/design.md#nesting-by-role), nested ranges of one phase counted once, ``nesting``
 
 #: What can set a process's window, in the order tried: each is used only without the ones
 #: before it (a trace of a CPU-only program still has a run to look at).
@@ -231,14 +237,19 @@ def _cpu_ranges(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> pl.
         pl.max_horizontal("s", pl.lit(ws, _I64)).alias("s"),
         pl.min_horizontal(end, pl.lit(we, _I64)).alias("e"),
         pl.col("e").is_null().alias("unclosed"),
+        "counted",
     )
 
 
 def _range_counts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> dict[str, int]:
-    """Phase ranges per phase on the driver thread *gtid* that start in ``[ws, we)``."""
+    """Phase ranges per phase on the driver thread *gtid* that start in ``[ws, we)``; a range
+    nested in another of the same phase (a draft forward inside a draft step, a forward that
+    a prefill runs) is part of that one, not a range of its own."""
     if gtid is None:
         return {}
-    starts = ranges.filter((pl.col("gtid") == gtid) & (pl.col("s") >= ws) & (pl.col("s") < we))
+    starts = ranges.filter(
+        (pl.col("gtid") == gtid) & pl.col("counted") & (pl.col("s") >= ws) & (pl.col("s") < we)
+    )
     return {str(p): int(n) for p, n in starts.group_by("phase").len().iter_rows()}
 
 
@@ -406,11 +417,14 @@ def exclusive_phase_times(
     gtid = _driver_thread(ranges, pid)
     cpu_ranges = _cpu_ranges(ranges, gtid, ws, we)
     counts = _range_counts(ranges, gtid, ws, we)
+    nesting = nesting_facts(ranges, gtid, ws, we)
     with attribution_context(trace, mapping, context) as shared:
         index = shared.phase_index(ranges=ranges)
         del ranges
         breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index, shared)
-    breakdown = replace(breakdown, range_counts=counts, window_source=window_source)
+    breakdown = replace(
+        breakdown, range_counts=counts, window_source=window_source, nesting=nesting
+    )
     trace.store_derived("phase_breakdown", key, breakdown.to_dict())
     return breakdown
 
@@ -426,8 +440,11 @@ def _breakdown(
     shared: AttributionContext,
 ) -> PhaseBreakdown:
     ws, we = window
+    # a range inside another of the same phase adds no time of its own: counted once (every
+    # range still bounds the segments: the innermost phase changes at its ends)
     inclusive = cpu_ranges.group_by("phase").agg(
-        (pl.col("e") - pl.col("s")).sum().cast(_I64).alias("cpu_inclusive_ns"),
+        (pl.col("e") - pl.col("s")).filter(pl.col("counted")).sum().cast(_I64)
+        .alias("cpu_inclusive_ns"),
         pl.col("unclosed").sum().cast(_I64).alias("unclosed"),
     )
 

@@ -74,7 +74,7 @@ def step_table(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
     }
     ranges = f"""
         SELECT s, coalesce(e, $we) AS e, phase FROM ({phase_ranges_sql(scope.rules)})
-        WHERE gtid = $gtid AND s >= $ws AND s < $we
+        WHERE gtid = $gtid AND counted AND s >= $ws AND s < $we
     """
     prm["domain"] = DOMAIN
     prm["names"] = [PROPOSED_MARK, ACCEPTED_MARK, TOKENS_MARK]

@@ -133,8 +133,8 @@ def from_forward_steps(trace: Trace, scope: Scope, first: int) -> int | None:
     sql = f"""
     WITH fwd AS (
         SELECT s, coalesce(e, s) AS e FROM ({phase_ranges_sql(scope.rules)})
-        WHERE pid = $pid AND phase = '{forward}' AND ($gtid IS NULL OR gtid = $gtid)
-          AND s >= $ws AND s < $we
+        WHERE pid = $pid AND phase = '{forward}' AND counted
+          AND ($gtid IS NULL OR gtid = $gtid) AND s >= $ws AND s < $we
     ),
     req AS (
         SELECT s, e FROM ({mapped_nvtx_sql(scope.rules)})
