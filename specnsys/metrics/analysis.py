@@ -43,6 +43,7 @@ from specnsys.metrics.memory import device_memory
 from specnsys.metrics.os_runtime import os_runtime_calls
 from specnsys.metrics.ranks import ranks_of_analysis
 from specnsys.metrics.requests import distribution, request_latencies
+from specnsys.metrics.structure import DraftForwards, draft_forwards, structural_warnings
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
 from specnsys.metrics.top_kernels import top_kernels_by_phase
 from specnsys.vocabulary import (
@@ -79,8 +80,9 @@ _MISSING_EVERYTHING = (
 # 2: tokens derived from acceptance marks / forward steps, tokens_source;
 # 3: the generic mode, gpu_time and top_kernels; 4: ranks (every process of a multi-process
 # run, specnsys.metrics.ranks); 5: kernel categories per phase; 7: os_runtime, window_source
-# and windows of OS runtime calls or CPU samples alone
-ANALYSIS_VERSION = 7
+# and windows of OS runtime calls or CPU samples alone; 8: one draft forward from the draft
+# forwards a step ran (draft_forwards_per_step), nesting, structural warnings
+ANALYSIS_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,14 @@ class Analysis:
     ``not_available["os_runtime"]``."""
     window_source: str | None = None
     """What set the window: a key of :data:`~specnsys.attribution.timeline.WINDOW_SOURCES`."""
+    draft_forwards_per_step: float | None = None
+    """Draft forwards one speculative step ran (what one draft forward of ``c`` divides by);
+    ``draft_forwards_source`` names where it came from
+    (:data:`~specnsys.metrics.structure.DRAFT_FORWARD_SOURCES`)."""
+    draft_forwards_source: str | None = None
+    nesting: dict[str, Any] | None = None
+    """The nesting facts of the driver thread (:func:`specnsys.attribution.nesting.
+    nesting_facts`): ranges a role reassigned, draft leaves, structural errors."""
     ranks: dict[str, Any] | None = None
     """Every process that launched GPU work or has phase ranges, when there are several and
     no ``pid`` was given (:func:`specnsys.metrics.ranks.ranks_dict`); else None, and
@@ -187,6 +197,9 @@ class Analysis:
             "amdahl_ceiling": self.amdahl_ceiling,
             "acceptance": self.acceptance,
             "draft_cost_ratio": self.draft_cost_ratio,
+            "draft_forwards_per_step": self.draft_forwards_per_step,
+            "draft_forwards_source": self.draft_forwards_source,
+            "nesting": self.nesting,
             "per_range_ns": self.per_range_ns,
             "latency": self.latency,
             "bandwidth": self.bandwidth,
@@ -251,13 +264,11 @@ def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[st
     return rows
 
 
-def _per_range(
-    phases: dict[str, dict[str, Any]], name: str, forwards_per_range: int = 1
-) -> float | None:
+def _per_range(phases: dict[str, dict[str, Any]], name: str) -> float | None:
     row = phases.get(name)
     if not row or row["ranges"] <= 0:
         return None
-    per_range: float = row["wall_ns"] / (row["ranges"] * forwards_per_range)
+    per_range: float = row["wall_ns"] / row["ranges"]
     return per_range
 
 
@@ -328,7 +339,8 @@ def rules_in_force(trace: Trace, rules: Any) -> tuple[Any, str | None]:
         return rules, None
     return builtin_rules("nvtx"), (
         f"{caps['specnsys_phases'].reason.split(' (')[0]}: phases are the trace's own NVTX "
-        "ranges (--rules nvtx applied); pass --rules FILE to map them onto specnsys's phases"
+        "ranges (--rules nvtx applied); pass --rules FILE to map them onto specnsys's phases, "
+        "or capture an unedited script with `specnsys profile --annotate FILE`"
     )
 
 
@@ -414,11 +426,16 @@ def _analyze(
     else:
         na["acceptance"] = "a baseline run proposes no drafts"
     k = None if acc is None else int(acc["k"])
+    forwards = (
+        draft_forwards(counts, b.nesting, acc) if mode == "spec" else DraftForwards(None, None, None)
+    )
+    draft_wall = phases.get("draft", {}).get("wall_ns")
+    steps_drafted = counts.get("verify", 0) or counts.get("draft", 0)
     per_range = {
         "forward_ns": _per_range(phases, "forward"),
         "verify_ns": _per_range(phases, "verify"),
-        "draft_step_ns": _per_range(phases, "draft"),
-        "draft_forward_ns": None if k is None else _per_range(phases, "draft", k),
+        "draft_step_ns": draft_wall / steps_drafted if draft_wall and steps_drafted else None,
+        "draft_forward_ns": draft_wall / forwards.total if draft_wall and forwards.total else None,
     }
     c: float | None = None
     if mode == "spec":
@@ -426,14 +443,25 @@ def _analyze(
             c = per_range["draft_forward_ns"] / per_range["verify_ns"]
         else:
             na["draft_cost_ratio"] = (
-                "needs draft and verify ranges and k from the proposed marks"
-                if k is None or per_range["verify_ns"] is None
+                f"needs draft and verify ranges and the draft forwards per step ({forwards.reason})"
+                if forwards.reason
+                else "needs draft and verify ranges"
+                if per_range["verify_ns"] is None or per_range["draft_forward_ns"] is None
                 else "verify time is 0"
             )
     elif mode == GENERIC:
         na["draft_cost_ratio"] = f"needs draft and verify ranges; {_NOT_SPECULATIVE}"
     else:
         na["draft_cost_ratio"] = "a baseline run has no draft model"
+    if mode == "spec" and forwards.reason:
+        na["draft_forwards_per_step"] = forwards.reason
+    warnings.extend(
+        structural_warnings(
+            mode, counts, b.nesting, steps=int(steps), step_phase=step_phase(
+                counts, {k_: v["wall_ns"] for k_, v in phases.items()}),
+            tokens=tokens, acceptance=acc,
+        )
+    )  # fmt: skip
 
     whatif = None
     if acc is not None and c is not None and k is not None:
@@ -496,6 +524,9 @@ def _analyze(
         acceptance=acc,
         k=k,
         draft_cost_ratio=c,
+        draft_forwards_per_step=forwards.per_step,
+        draft_forwards_source=forwards.source,
+        nesting=b.nesting,
         per_range_ns=per_range,
         latency=latency,
         bandwidth=bandwidth,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specnsys.metrics.structure import DRAFT_FORWARD_SOURCES
 from specnsys.metrics.tokens import source_words
 
 __all__ = [
@@ -159,7 +160,21 @@ def _phase_table(d: dict[str, Any], width: int = 16, limit: int | None = None) -
     share = total / d["window_ns"] if d["window_ns"] else 0.0
     lines.append(f"{'total':<{width}}{_ms(total):>11}{_pct(share):>8}")
     lines.append("* accelerable (speculative decoding replaces forward by draft + verify)")
+    lines.extend(_reassigned(d.get("nesting")))
     return lines
+
+
+def _reassigned(nesting: dict[str, Any] | None) -> list[str]:
+    """One line naming the ranges whose nesting gave them another phase (a forward run by a
+    prefill is prefill work, a draft model's own sampling is draft work)."""
+    moved = (nesting or {}).get("reassigned") or {}
+    if not moved:
+        return []
+    parts = []
+    for move, n in sorted(moved.items(), key=lambda kv: (-kv[1], kv[0])):
+        named, phase = move.split("->", 1)
+        parts.append(f"{n:,} {named} ranges inside {phase} counted as {phase}")
+    return ["nesting by role: " + "; ".join(parts)]
 
 
 def _acceptance(d: dict[str, Any]) -> list[str]:
@@ -178,9 +193,12 @@ def _acceptance(d: dict[str, Any]) -> list[str]:
     c = d["draft_cost_ratio"]
     per = d["per_range_ns"]
     if c is not None:
+        basis = DRAFT_FORWARD_SOURCES.get(d.get("draft_forwards_source") or "", "")
+        per_step = d.get("draft_forwards_per_step")
+        counted = f"; {per_step:.2f} draft forwards per step, from {basis}" if per_step else ""
         lines.append(
             f"draft cost ratio c = {c:.3f} (one draft forward {_ms(per['draft_forward_ns'])} ms "
-            f"/ one verify {_ms(per['verify_ns'])} ms)"
+            f"/ one verify {_ms(per['verify_ns'])} ms{counted})"
         )
     w = d.get("whatif")
     if w:

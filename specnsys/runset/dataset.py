@@ -78,6 +78,8 @@ HEADLINE_TYPES: dict[str, pl.DataType] = {
     "sampler_share": pl.Float64(),
     "amdahl_ceiling": pl.Float64(),
     "draft_cost_ratio": pl.Float64(),
+    "draft_forwards_per_step": pl.Float64(),
+    "draft_forwards_source": pl.String(),
     "gpu": pl.Boolean(),
 }
 #: Nested numbers promoted to columns: (key in analyze's JSON, sub-key) -> column, type.

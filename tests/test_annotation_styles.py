@@ -1,0 +1,176 @@
+"""Issue 29 on real captures: one draft forward and p, whatever the annotation style.
+
+The unedited fixture loop (tests/fixtures/unedited_spec.py) is captured under ``specnsys
+profile --annotate`` with its draft hooked three ways: each draft forward (the walkthrough's
+file), each draft step (``propose``, k forwards inside), and both nested. The draft cost
+ratio c must be one draft forward over one verify in every style, and the best k follow from
+it. A fourth capture hooks the target's own ``forward`` method, which the prefill calls as
+every decode step does: the prefill's forwards are prefill work, and p leaves them out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specnsys.ingest.nsys_rep import find_nsys
+from specnsys.metrics import amdahl
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "fixtures" / "unedited_spec.py"
+FIXTURE_TOML = REPO / "tests" / "fixtures" / "unedited_spec.toml"
+
+pytestmark = [
+    pytest.mark.nsys,
+    pytest.mark.slow,
+    pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH"),
+]
+
+PER_FORWARD = FIXTURE_TOML.read_text()
+#: The draft step: ``propose`` instead of the draft instance's forward (no object to pick).
+PER_STEP = PER_FORWARD[PER_FORWARD.index("[[hook]]") :].replace(
+    'on = "draft.forward"', 'on = "__main__:propose"'
+)
+NESTED = PER_FORWARD + '\n[[hook]]\non = "__main__:propose"\nphase = "draft"\n'
+#: The target's forward method hooked (it runs in the prefill too), the prefill around it.
+TARGET_FORWARD = """
+[objects.target]
+factory = "__main__:build_model"
+where = "arg:name"
+equals = "target"
+
+[[hook]]
+on = "target.forward"
+phase = "forward"
+
+[[hook]]
+on = "__main__:generate"
+phase = "request"
+output_tokens = "len(return)"
+
+[[hook]]
+on = "__main__:prefill"
+phase = "prefill"
+tokens = "len(return)"
+
+[[hook]]
+on = "__main__:baseline_step"
+phase = "decode"
+tokens = "len(return)"
+
+[[hook]]
+on = "__main__:greedy"
+phase = "sample"
+"""
+
+
+def _specnsys(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specnsys", *args], env=env, capture_output=True, text=True,
+        cwd=REPO, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("styles")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECNSYS_ANNOTATE")}
+    env.update(PYTHONPATH=str(REPO), SPECNSYS_CACHE_DIR=str(folder / "cache"))
+    styles = {
+        "per_forward": (PER_FORWARD, "spec"),
+        "per_step": (PER_STEP, "spec"),
+        "nested": (NESTED, "spec"),
+        "target_forward": (TARGET_FORWARD, "baseline"),
+    }
+    out = {}
+    for name, (toml, mode) in styles.items():
+        annot = folder / f"{name}.toml"
+        annot.write_text(toml)
+        done = _specnsys(
+            "profile", "--annotate", str(annot), "-o", str(folder / name), "--",
+            sys.executable, str(FIXTURE), "--mode", mode, "--k", "4", "--requests", "3",
+            env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        out[name] = folder / f"{name}.sqlite"
+    return out
+
+
+def _analyze(path: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = _specnsys("analyze", str(path), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    doc: dict = json.loads(done.stdout)
+    return doc
+
+
+def _mean_ms(path: Path, sql: str) -> float:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = _specnsys("sql", str(path), sql, "--format", "json", env=env)
+    assert done.returncode == 0, done.stderr
+    value: float = json.loads(done.stdout)[0]["v"]
+    return value
+
+
+_MEAN_DURATION = """SELECT avg(duration) AS v FROM nvtx WHERE kind = 'push_pop' AND domain =
+    'specnsys' AND text = '{phase}'"""
+#: Draft ranges that hold no draft range: the draft forwards when both are hooked.
+_MEAN_INNERMOST_DRAFT = """SELECT avg(o.duration) AS v FROM nvtx o
+    WHERE o.kind = 'push_pop' AND o.domain = 'specnsys' AND o.text = 'draft'
+      AND NOT EXISTS (SELECT 1 FROM nvtx i WHERE i.kind = 'push_pop' AND i.text = 'draft'
+                      AND i.global_tid = o.global_tid AND i.id <> o.id
+                      AND i.start >= o.start AND i."end" <= o."end")"""
+
+
+@pytest.mark.parametrize("style", ["per_forward", "nested"])
+def test_c_is_one_draft_forward_over_one_verify(captures: dict[str, Path], style: str) -> None:
+    """On the walkthrough's file (a range per draft forward) c is the mean innermost draft
+    range over the mean verify range; nested, one draft forward is the draft steps' time over
+    their innermost ranges (the step's own work between forwards included: what a step pays
+    per draft forward), a few per cent above."""
+    path = captures[style]
+    doc = _analyze(path)
+    innermost = _mean_ms(path, _MEAN_INNERMOST_DRAFT) / _mean_ms(
+        path, _MEAN_DURATION.format(phase="verify")
+    )
+    assert doc["draft_cost_ratio"] == pytest.approx(innermost, rel=0.05 if style == "per_forward" else 0.10)
+    assert doc["draft_forwards_source"] == {
+        "per_forward": "repeated_draft_ranges", "nested": "nested_draft_ranges"
+    }[style]  # fmt: skip
+    assert doc["draft_forwards_per_step"] == pytest.approx(4, rel=0.1)  # k = 4, a few cut short
+    # the best k is Leviathan's at this trace's alpha and c
+    a, w = doc["acceptance"], doc["whatif"]
+    assert w["c"] == doc["draft_cost_ratio"]
+    assert w["best_k"] == amdahl.best_k(a["alpha"], doc["draft_cost_ratio"])[0]
+    assert not [x for x in doc["warnings"] if x.startswith("annotation structure")]
+
+
+def test_c_agrees_whatever_the_draft_hook_style(captures: dict[str, Path]) -> None:
+    c = {style: _analyze(captures[style])["draft_cost_ratio"]
+         for style in ("per_forward", "per_step", "nested")}  # fmt: skip
+    assert _analyze(captures["per_step"])["draft_forwards_source"] == "proposed_marks"
+    assert c["per_step"] == pytest.approx(c["per_forward"], rel=0.10), c
+    assert c["nested"] == pytest.approx(c["per_forward"], rel=0.10), c
+
+
+def test_the_prefills_forwards_are_prefill_and_p_leaves_them_out(captures: dict[str, Path]) -> None:
+    path = captures["target_forward"]
+    doc = _analyze(path)
+    assert doc["mode"] == "baseline"
+    # the decode forwards by hand: target forward ranges that no prefill range holds
+    decode_forward = _mean_ms(path, """
+        SELECT sum(f.duration) AS v FROM nvtx f WHERE f.kind = 'push_pop' AND f.text = 'forward'
+          AND NOT EXISTS (SELECT 1 FROM nvtx p WHERE p.kind = 'push_pop' AND p.text = 'prefill'
+                          AND p.global_tid = f.global_tid
+                          AND p.start <= f.start AND f."end" <= p."end")""")
+    assert doc["p"] == pytest.approx(decode_forward / doc["window_ns"], abs=0.01)
+    prefills = doc["phases"]["prefill"]
+    assert prefills["ranges"] == 3  # one per request, its forward inside is part of it
+    assert doc["nesting"]["reassigned"] == {"forward->prefill": 3}
+    assert doc["phases"]["forward"]["ranges"] == doc["steps"]  # one per decode step
