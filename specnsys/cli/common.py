@@ -12,15 +12,16 @@ from pathlib import Path
 
 from specnsys.errors import UsageError
 
+RULES_HELP = (
+    "which NVTX ranges are phases: a built-in set (specnsys; nvtx: every range is its own "
+    "phase; the engine packs vllm, sglang, trtllm, torch) or a TOML name-mapping file; "
+    "default: specnsys when the trace has specnsys ranges, else the pack whose names the "
+    "trace's ranges match, else nvtx (the choice said in a warning line)"
+)
+
 
 def add_rules_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--rules",
-        metavar="FILE",
-        help="TOML name-mapping rules for engines with their own NVTX names "
-        "(or a built-in set: specnsys, nvtx); default: specnsys when the trace has specnsys "
-        "ranges, else nvtx (said in a warning line)",
-    )
+    p.add_argument("--rules", metavar="RULES", help=RULES_HELP)
 
 
 def tokens_arg(text: str) -> int:

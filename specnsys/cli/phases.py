@@ -6,6 +6,7 @@ import argparse
 import json
 
 from specnsys import api
+from specnsys.cli.common import RULES_HELP
 from specnsys.report.analyze_text import straggler_line
 from specnsys.report.phases_text import (
     categories_dict,
@@ -19,13 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("phases", help="exclusive wall time per phase, summing to the window")
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
-    p.add_argument(
-        "--rules",
-        metavar="RULES",
-        help="which NVTX ranges are phases: a built-in set (specnsys; nvtx: every range is "
-        "its own phase) or a TOML name-mapping file; default: specnsys when the trace has "
-        "specnsys ranges, else nvtx (said in a warning line)",
-    )
+    p.add_argument("--rules", metavar="RULES", help=RULES_HELP)
     p.add_argument(
         "--by",
         choices=("phase", "category"),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from specnsys import __version__
 from specnsys.attribution import builtin_rules, exclusive_phase_times
+from specnsys.attribution.rule_match import choose_pack
 from specnsys.attribution.timeline import (
     NO_WINDOW,
     TIMELINE_VERSION,
@@ -330,17 +331,23 @@ def rules_in_force(trace: Trace, rules: Any) -> tuple[Any, str | None]:
     """The rules a command applies to *trace*, and the note that says so when it chose them.
 
     The one place the default is decided: *rules* when given; else specnsys's own vocabulary
-    when the trace has ranges in its domain (capability ``specnsys_phases``); else the built-in
-    ``nvtx`` set (every NVTX range is a phase named by its text), with a note naming why, so
-    that any trace gets an answer instead of "unannotated 100%".
+    when the trace has ranges in its domain (capability ``specnsys_phases``); else the
+    built-in engine pack whose names the trace's ranges match
+    (:func:`~specnsys.attribution.rule_match.choose_pack`), with a note naming it and the
+    evidence; else the built-in ``nvtx`` set (every NVTX range is a phase named by its text),
+    with a note naming why, so that any trace gets an answer instead of "unannotated 100%".
     """
     caps = trace.summary.capabilities
     if rules is not None or caps["specnsys_phases"].available:
         return rules, None
+    pack = choose_pack(trace) if caps["cpu_phase_timeline"].available else None
+    if pack is not None:
+        return pack.rules, pack.note()
     return builtin_rules("nvtx"), (
         f"{caps['specnsys_phases'].reason.split(' (')[0]}: phases are the trace's own NVTX "
-        "ranges (--rules nvtx applied); pass --rules FILE to map them onto specnsys's phases, "
-        "or capture an unedited script with `specnsys profile --annotate FILE`"
+        "ranges (--rules nvtx applied; no engine pack matched them); pass --rules FILE to map "
+        "them onto specnsys's phases, or capture an unedited script with `specnsys profile "
+        "--annotate FILE`"
     )
 
 
