@@ -42,7 +42,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # top to bottom
     ("specnsys.attribution",),
     ("specnsys.ingest",),
 )
-BASE = ("specnsys.errors", "specnsys.vocabulary", "specnsys.small_files", "specnsys.testing")
+BASE = (
+    "specnsys.errors", "specnsys.vocabulary", "specnsys.small_files", "specnsys.testing",
+    "specnsys.results",
+)
 #: Modules that must stay importable without the analysis stack: base modules only.
 LEAVES = ("specnsys.annotate", "specnsys.inject")
 #: Names a module may import from the package itself without depending on it.
