@@ -124,11 +124,15 @@ def _checked(
 
 
 def _analyze_open(
-    trace: Trace, rules: PhaseRules | None, pid: int | None, context: AttributionContext
+    trace: Trace,
+    rules: PhaseRules | None,
+    pid: int | None,
+    context: AttributionContext,
+    window: str | None = None,
 ) -> Analysis:
     from specnsys.metrics import analyze_trace
 
-    return analyze_trace(trace, rules=rules, pid=pid, context=context)
+    return analyze_trace(trace, rules=rules, pid=pid, context=context, window=window)
 
 
 def analyze(
@@ -138,13 +142,15 @@ def analyze(
     pid: int | None = None,
     tokens: int | None = None,
     use_cache: bool = True,
+    window: str | None = None,
 ) -> Analysis:
     """Every metric of one trace (``specnsys analyze``): an
     :class:`~specnsys.metrics.Analysis` whose ``to_dict()`` is the ``analyze --json`` object;
     *pid* picks the process (default: the one with the most phase ranges); *tokens* gives its
-    output tokens."""
+    output tokens; *window* (``auto``, ``A:B``, ``steps:N-M``: :mod:`specnsys.attribution.
+    window`) narrows the analysis window."""
     given = _given_tokens(None if tokens is None else [tokens], 1)[0]
-    return _analyze_resolved(path, resolve_rules(rules), pid, use_cache, given)
+    return _analyze_resolved(path, resolve_rules(rules), pid, use_cache, given, window)
 
 
 def _analyze_resolved(
@@ -153,9 +159,10 @@ def _analyze_resolved(
     pid: int | None,
     use_cache: bool,
     tokens: int | None = None,
+    window: str | None = None,
 ) -> Analysis:
     with _checked(path, use_cache, rules) as (trace, notes, context):
-        analysis = _analyze_open(trace, rules, pid, context)
+        analysis = _analyze_open(trace, rules, pid, context, window)
     return _given(replace(analysis, data_warnings=tuple(notes)), tokens)
 
 
@@ -187,6 +194,7 @@ def analyze_steps(
     rules: PhaseRules | str | Path | None = None,
     pid: int | None = None,
     use_cache: bool = True,
+    window: str | None = None,
 ) -> tuple[Analysis, pl.DataFrame]:
     """:func:`analyze` and the run's decode steps (:func:`specnsys.metrics.steps.step_table`:
     duration, batch, proposed/accepted, draft/verify/forward/sample time per step), from one
@@ -195,7 +203,7 @@ def analyze_steps(
 
     mapping = resolve_rules(rules)
     with _checked(path, use_cache, mapping) as (trace, notes, context):
-        analysis = _analyze_open(trace, mapping, pid, context)
+        analysis = _analyze_open(trace, mapping, pid, context, window)
         steps = analysis_steps(trace, analysis, context.rules, context)
     return replace(analysis, data_warnings=tuple(notes)), steps
 
@@ -228,13 +236,14 @@ def compare(
     tokens: Sequence[int] | None = None,
     same_output: bool = False,
     use_cache: bool = True,
+    window: str | None = None,
 ) -> Compared:
     """Compare each speculative trace of *paths* with the nearest baseline before it:
     ``compare(base, spec)``, a k sweep ``compare(base, k2, k4, k6)``, or a sweep whose levels
     need their own baselines ``compare(b1, s1, b4, s4)``. Generic runs, or runs all of one
     mode, are diffed phase by phase from the first (:mod:`specnsys.metrics.ab_compare`).
     *tokens*: one output-token count per trace, in order; *same_output*: the runs produced
-    the same output."""
+    the same output; *window*: each run's window rule (``--window``)."""
     from specnsys.metrics import compare_many
 
     if len(paths) < 2:
@@ -242,7 +251,8 @@ def compare(
     mapping = resolve_rules(rules)
     given = _given_tokens(tokens, len(paths))
     analyses = tuple(
-        _analyze_resolved(p, mapping, None, use_cache, n) for p, n in zip(paths, given, strict=True)
+        _analyze_resolved(p, mapping, None, use_cache, n, window)
+        for p, n in zip(paths, given, strict=True)
     )
     return Compared(analyses, tuple(_same_output(compare_many(list(analyses)), same_output)))
 
@@ -323,6 +333,7 @@ def phases(
     use_cache: bool = True,
     by: str = "phase",
     all_processes: bool = False,
+    window: str | None = None,
 ) -> Phases:
     """Exclusive wall time per phase of one trace, summing to its window exactly; works on any
     annotated trace (or any trace under ``rules="nvtx"``), baseline or speculative or neither.
@@ -343,11 +354,13 @@ def phases(
     categories = None
     ranks: tuple[Rank, ...] | None = None
     with _checked(path, use_cache, mapping) as (trace, notes, context):
-        breakdown = exclusive_phase_times(trace, pid=pid, rules=context.rules, context=context)
+        breakdown = exclusive_phase_times(
+            trace, pid=pid, rules=context.rules, context=context, window=window
+        )
         caps = trace.summary.capabilities
-        window = (breakdown.window_start_ns, breakdown.window_end_ns)
+        span = (breakdown.window_start_ns, breakdown.window_end_ns)
         if by == "category" and breakdown.window_ns > 0:
-            categories = phase_categories(trace, context.rules, breakdown.pid, window, context)
+            categories = phase_categories(trace, context.rules, breakdown.pid, span, context)
         if all_processes and breakdown.window_ns > 0:
             ranks = _all_ranks(trace, context, breakdown)
     if breakdown.window_ns <= 0:
@@ -593,13 +606,14 @@ def _runs(
     use_cache: bool,
     advance: Any,
     tokens: Sequence[int | None] | None = None,
+    window: str | None = None,
 ) -> list[Run]:
     from specnsys.report.build import Run, run_label
 
     runs = []
     for path, given in zip(paths, tokens or [None] * len(paths), strict=True):
         advance(f"analyze {Path(path).name}")
-        analysis = _analyze_resolved(path, rules, pid, use_cache, given)
+        analysis = _analyze_resolved(path, rules, pid, use_cache, given, window)
         runs.append(Run(run_label(path), Path(path), analysis))
     return runs
 
@@ -688,6 +702,7 @@ def report(
     tokens: Sequence[int] | None = None,
     same_output: bool = False,
     use_cache: bool = True,
+    window: str | None = None,
 ) -> Report:
     """The HTML report of the trace at *path* (compared with *baseline* when given): the
     answer, the figures, what to cut first and the tables. *tokens*: one output-token count
@@ -706,7 +721,7 @@ def report(
     with progress(4 + (baseline is not None), "report") as advance:
         advance(f"analyze {Path(path).name}")
         with _checked(path, use_cache, mapping) as (trace, notes, context):
-            analysis = _given(_analyze_open(trace, mapping, pid, context), given[0])
+            analysis = _given(_analyze_open(trace, mapping, pid, context, window), given[0])
             try:
                 lanes: dict[str, Any] | str = timeline_lanes(
                     trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,
@@ -720,7 +735,9 @@ def report(
         runs = [primary]
         comparison = None
         if baseline is not None:
-            runs = [*_runs([baseline], mapping, pid, use_cache, advance, given[1:]), primary]
+            runs = [
+                *_runs([baseline], mapping, pid, use_cache, advance, given[1:], window), primary
+            ]
             notes += runs[0].analysis.data_warnings
             if is_ab_pairing([r.analysis for r in runs]):  # A = BASELINE, B = TRACE
                 comparison = ab_compare(runs[0].analysis, runs[1].analysis).to_dict()

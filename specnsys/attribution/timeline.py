@@ -51,6 +51,14 @@ from specnsys.attribution.phase_map import (
     phase_ranges,
 )
 from specnsys.attribution.rules import REQUEST, PhaseRules
+from specnsys.attribution.window import (
+    COMPILE_RANGE_PATTERN,
+    GRAPH_CAPTURE_CALL_PATTERN,
+    WindowChoice,
+    WindowSpec,
+    choose_window,
+    parse_window,
+)
 from specnsys.ingest.summary import OSRT_CALL_SQL
 from specnsys.vocabulary import DOMAIN, PHASES, SPEC_ACCELERABLE, STEP_PHASE
 
@@ -121,6 +129,11 @@ class PhaseBreakdown:
     window) of the kernels the process ran in the window, from the same attributed ops as
     the frame (what a per-phase kernel summary reads, with no second attribution pass);
     None in a breakdown kept by an older version."""
+    window_rule: str = "requests"
+    """The ``--window`` the breakdown was made for (:mod:`.window`): ``requests`` (the
+    default window), ``auto``, ``A:B`` or ``steps:N-M``."""
+    window_dropped: dict[str, Any] | None = None
+    """What the window rule cut from the default window (:class:`.window.WindowChoice`)."""
     nesting: dict[str, Any] | None = None
     """What the nesting of the driver thread's ranges in the window says: draft leaves (one
     draft forward at the finest granularity annotated), ranges a role reassigned, structural
@@ -157,9 +170,10 @@ FRAME_SCHEMA = {
 
 #: Version of the timeline's semantics, part of the key of breakdowns kept in the trace cache:
 #: bump it whenever a change to this package would give a different breakdown.
-TIMELINE_VERSION = 6  # 2: range_counts; 3: kernel_names; 4: a CUDA-API-only window;
+TIMELINE_VERSION = 7  # 2: range_counts; 3: kernel_names; 4: a CUDA-API-only window;
 # 5: windows of OS runtime calls or CPU samples alone, window_source; 6: nesting by role
-# (docs/design.md#nesting-by-role), nested ranges of one phase counted once, ``nesting``
+# (docs/design.md#nesting-by-role), nested ranges of one phase counted once, ``nesting``;
+# 7: --window (window_rule, window_dropped)
 
 #: What can set a process's window, in the order tried: each is used only without the ones
 #: before it (a trace of a CPU-only program still has a run to look at).
@@ -251,6 +265,39 @@ def _range_counts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> d
         (pl.col("gtid") == gtid) & pl.col("counted") & (pl.col("s") >= ws) & (pl.col("s") < we)
     )
     return {str(p): int(n) for p, n in starts.group_by("phase").len().iter_rows()}
+
+
+def _step_ranges(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> pl.DataFrame:
+    """The decode steps (``s, e``, sorted) on the driver thread in the default window: the
+    ranges of :func:`step_phase` (decode, else verify or forward), counted once."""
+    counts = _range_counts(ranges, gtid, ws, we)
+    phase = step_phase(counts, {})
+    if gtid is None:
+        return pl.DataFrame(schema={"s": _I64, "e": _I64})
+    return (
+        ranges.filter(
+            (pl.col("gtid") == gtid) & pl.col("counted") & (pl.col("phase") == phase)
+            & (pl.col("s") >= ws) & (pl.col("s") < we)
+        )
+        .select(pl.col("s").cast(_I64), pl.col("e").fill_null(we).cast(_I64))
+        .sort("s")
+    )  # fmt: skip
+
+
+def _compile_spans(trace: Trace, pid: int, ws: int, we: int) -> pl.DataFrame:
+    """Compile and graph-capture spans of process *pid* in ``[ws, we)`` (``s, e, what``)."""
+    frame: pl.DataFrame = trace.connection.sql(
+        """SELECT start AS s, "end" AS e, name AS what FROM runtime
+           WHERE pid = $pid AND regexp_matches(name, $calls) AND "end" > $ws AND start < $we
+           UNION ALL
+           SELECT start, "end", text FROM nvtx
+           WHERE pid = $pid AND kind IN ('push_pop', 'start_end') AND "end" IS NOT NULL
+             AND regexp_matches(coalesce(text, ''), $ranges) AND "end" > $ws AND start < $we
+           ORDER BY 1""",
+        params={"pid": pid, "calls": GRAPH_CAPTURE_CALL_PATTERN,
+                "ranges": COMPILE_RANGE_PATTERN, "ws": ws, "we": we},
+    ).pl()  # fmt: skip
+    return frame
 
 
 def _window(trace: Trace, pid: int | None, rules: PhaseRules) -> tuple[int, int, str | None]:
@@ -379,6 +426,7 @@ def exclusive_phase_times(
     *,
     rules: PhaseRules | str | None = None,
     context: AttributionContext | None = None,
+    window: WindowSpec | str | None = None,
 ) -> PhaseBreakdown:
     """Exclusive wall time per phase of process *pid* (docs/design.md#attribution, rule 2).
 
@@ -392,9 +440,11 @@ def exclusive_phase_times(
     thread is its thread with the most phase ranges. See
     :class:`PhaseBreakdown` for the columns. *context* (an
     :class:`~specnsys.attribution.context.AttributionContext` of the same rules) supplies the
-    phase index when the caller has one.
+    phase index when the caller has one. *window* (``--window``: :mod:`.window`) narrows the
+    window to a steady state or a slice of it; the breakdown says what it dropped.
     """
     mapping = rules_for(phases, domain, rules)
+    spec = parse_window(window)
     # A breakdown is a pure function of the export, the rules and pid: kept beside the cached
     # model, a second analysis of the same unchanged export reads it back (the warm path).
     # the package version is in the key too: an upgrade never reads an older release's result
@@ -403,6 +453,7 @@ def exclusive_phase_times(
         "specnsys": __version__,
         "rules": repr(mapping),
         "pid": pid,
+        "window": spec.text,
     }
     stored = trace.load_derived("phase_breakdown", key)
     if stored is not None:
@@ -415,6 +466,11 @@ def exclusive_phase_times(
         pid = _choose_pid(trace, ranges)
     ws, we, window_source = _window(trace, pid, mapping)
     gtid = _driver_thread(ranges, pid)
+    choice = WindowChoice(ws, we)
+    if spec.kind != "requests" and pid is not None:
+        steps = _step_ranges(ranges, gtid, ws, we)
+        choice = choose_window(spec, (ws, we), steps, _compile_spans(trace, pid, ws, we))
+        ws, we = choice.start, choice.end
     cpu_ranges = _cpu_ranges(ranges, gtid, ws, we)
     counts = _range_counts(ranges, gtid, ws, we)
     nesting = nesting_facts(ranges, gtid, ws, we)
@@ -423,8 +479,9 @@ def exclusive_phase_times(
         del ranges
         breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index, shared)
     breakdown = replace(
-        breakdown, range_counts=counts, window_source=window_source, nesting=nesting
-    )
+        breakdown, range_counts=counts, window_source=window_source, nesting=nesting,
+        window_rule=choice.rule, window_dropped=choice.dropped or None,
+    )  # fmt: skip
     trace.store_derived("phase_breakdown", key, breakdown.to_dict())
     return breakdown
 

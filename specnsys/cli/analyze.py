@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 
 from specnsys import api
-from specnsys.cli.common import add_rules_argument, add_tokens_argument
+from specnsys.cli.common import (
+    add_analysis_window_argument,
+    add_rules_argument,
+    add_tokens_argument,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,6 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_rules_argument(p)
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
     add_tokens_argument(p)
+    add_analysis_window_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
@@ -25,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from specnsys.report.analyze_text import render_analysis_text, render_json
 
     analysis = api.analyze(args.trace, rules=args.rules, pid=args.pid, tokens=args.tokens,
-                           use_cache=not args.no_cache)  # fmt: skip
+                           use_cache=not args.no_cache, window=args.window)  # fmt: skip
     doc = analysis.to_dict()
     if args.json:
         print(render_json(doc))

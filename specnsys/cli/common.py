@@ -58,6 +58,18 @@ def add_same_output_argument(p: argparse.ArgumentParser, applies_to: str = "") -
                    "r the ratio of the accelerable times (listed under assumptions)")  # fmt: skip
 
 
+ANALYSIS_WINDOW_HELP = (
+    "the analysis window: requests (default: first request start to last request end), "
+    "auto (without the warm-up steps and compile/graph-capture spans before the step time "
+    "settles), A:B (milliseconds from the default window's start) or steps:N-M (decode "
+    "steps N to M, 0-based); every output says what it dropped"
+)
+
+
+def add_analysis_window_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--window", metavar="RULE", help=ANALYSIS_WINDOW_HELP)
+
+
 def add_window_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", metavar="A:B", type=window_arg,
                    help="timeline: draw the milliseconds A to B of the analysis window instead "

@@ -13,6 +13,7 @@ import argparse
 
 from specnsys import api
 from specnsys.cli.common import (
+    add_analysis_window_argument,
     add_rules_argument,
     add_same_output_argument,
     add_tokens_argument,
@@ -35,6 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_rules_argument(p)
     add_tokens_argument(p, order="in the order of the traces")
     add_same_output_argument(p)
+    add_analysis_window_argument(p)
     p.add_argument("--json", action="store_true", help="JSON, for scripts")
     p.set_defaults(run=run)
 
@@ -43,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from specnsys.report.analyze_text import render_comparisons_text, render_json
 
     compared = api.compare(*args.traces, rules=args.rules, tokens=args.tokens,
-                           same_output=args.same_output, use_cache=not args.no_cache)  # fmt: skip
+                           same_output=args.same_output, use_cache=not args.no_cache,
+                           window=args.window)  # fmt: skip
     if args.json:
         print(render_json(compared.to_dict()))
     else:

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from specnsys import api
-from specnsys.cli.common import RULES_HELP
+from specnsys.cli.common import RULES_HELP, add_analysis_window_argument
 from specnsys.report.analyze_text import straggler_line
 from specnsys.report.phases_text import (
     categories_dict,
@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
     p.add_argument("--rules", metavar="RULES", help=RULES_HELP)
+    add_analysis_window_argument(p)
     p.add_argument(
         "--by",
         choices=("phase", "category"),
@@ -41,7 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     result = api.phases(
         args.trace, rules=args.rules or None, pid=args.pid, use_cache=not args.no_cache,
-        by=args.by, all_processes=args.all_processes,
+        by=args.by, all_processes=args.all_processes, window=args.window,
     )  # fmt: skip
     if result.ranks is not None:
         print(json.dumps(result.to_dict(), indent=2) if args.json else _ranks_text(result))

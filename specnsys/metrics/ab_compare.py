@@ -67,6 +67,7 @@ class ABComparison:
             "modes": {"a": a.mode, "b": b.mode},
             "rules": {"a": a.rules, "b": b.rules},
             "window_ns": _change(a.window_ns, b.window_ns),
+            "window_rule": {"a": a.window_rule, "b": b.window_rule},
             "gpu_busy_ns": gpu,
             "phases": self.phases,
             "shares_of": "each run's own window_ns",

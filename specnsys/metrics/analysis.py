@@ -35,6 +35,7 @@ from specnsys.attribution.timeline import (
     PhaseBreakdown,
     step_phase,
 )
+from specnsys.attribution.window import WindowSpec, parse_window
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
 from specnsys.metrics.acceptance import acceptance_stats
@@ -82,8 +83,8 @@ _MISSING_EVERYTHING = (
 # 3: the generic mode, gpu_time and top_kernels; 4: ranks (every process of a multi-process
 # run, specnsys.metrics.ranks); 5: kernel categories per phase; 7: os_runtime, window_source
 # and windows of OS runtime calls or CPU samples alone; 8: one draft forward from the draft
-# forwards a step ran (draft_forwards_per_step), nesting, structural warnings
-ANALYSIS_VERSION = 8
+# forwards a step ran (draft_forwards_per_step), nesting, structural warnings; 9: --window
+ANALYSIS_VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,10 @@ class Analysis:
     ``not_available["os_runtime"]``."""
     window_source: str | None = None
     """What set the window: a key of :data:`~specnsys.attribution.timeline.WINDOW_SOURCES`."""
+    window_rule: str = "requests"
+    """The ``--window`` rule (:mod:`specnsys.attribution.window`)."""
+    window_dropped: dict[str, Any] | None = None
+    """What the rule cut from the default window (before/after ns, steps, spans, why)."""
     draft_forwards_per_step: float | None = None
     """Draft forwards one speculative step ran (what one draft forward of ``c`` divides by);
     ``draft_forwards_source`` names where it came from
@@ -180,6 +185,8 @@ class Analysis:
             "window_ns": self.window_ns,
             "window_source": self.window_source,
             "window_of": WINDOW_SOURCES.get(self.window_source or ""),
+            "window_rule": self.window_rule,
+            "window_dropped": self.window_dropped,
             "tokens": self.tokens,
             "tokens_source": self.tokens_source,
             "steps": self.steps,
@@ -279,6 +286,7 @@ def analyze_trace(
     rules: Any = None,
     pid: int | None = None,
     context: AttributionContext | None = None,
+    window: WindowSpec | str | None = None,
 ) -> Analysis:
     """Analyze one trace (baseline or speculative); see the module docs for the metrics.
 
@@ -288,12 +296,14 @@ def analyze_trace(
     :func:`rules_in_force`; the note is one of the analysis's warnings). Raises
     :class:`BadInputError` for a trace with nothing to attribute. *context* (an
     :class:`~specnsys.attribution.context.AttributionContext` of the rules in force) shares
-    the phase index and the launch attribution with the caller's other analyses.
+    the phase index and the launch attribution with the caller's other analyses. *window*
+    (``--window``: :mod:`specnsys.attribution.window`) narrows the window every metric uses.
     """
     path = str(getattr(trace, "path", "")) or None
+    spec = parse_window(window)
     rules, note = rules_in_force(trace, rules)
     mapping = resolve(rules)
-    kwargs: dict[str, Any] = {"pid": pid}
+    kwargs: dict[str, Any] = {"pid": pid, "window": spec}
     if rules is not None:  # resolved once: a TOML file is parsed and checked a single time
         kwargs["rules"] = mapping
     # The result is a pure function of the export, the rules and pid: kept beside the cached
@@ -305,6 +315,7 @@ def analyze_trace(
         "rules": repr(mapping),
         "explicit_rules": rules is not None,
         "pid": pid,
+        "window": spec.text,
     }
     stored = trace.load_derived("analysis", key)
     b = exclusive_phase_times(trace, **kwargs, context=context)  # itself read back when stored
@@ -544,6 +555,8 @@ def _analyze(
         top_kernels=top,
         os_runtime=osrt,
         window_source=b.window_source,
+        window_rule=b.window_rule,
+        window_dropped=b.window_dropped,
         not_available=na,
         warnings=warnings,
         ranks=ranks,

@@ -113,6 +113,7 @@ class Comparison:
             "speedup_basis": self.speedup_basis,
             "assumptions": list(self.assumptions),
             "window_ns": {"baseline": b.window_ns, "spec": s.window_ns},
+            "window_rule": {"baseline": b.window_rule, "spec": s.window_rule},
             "per_token_ns": {"baseline": b.per_token_ns, "spec": s.per_token_ns},
             "accelerable_ns_per_token": {
                 "baseline": per_token(b, b.accelerable_ns),

@@ -60,6 +60,8 @@ def request_latencies(trace: Trace, scope: Scope) -> pl.DataFrame:
         SELECT id, s, e, payload_int AS request_id, coalesce(end_global_tid, gtid) AS eg
         FROM ({mapped_nvtx_sql(scope.rules, ("payload_int", "end_global_tid"))})
         WHERE phase = '{REQUEST}' AND pid = $pid
+          -- the requests of the window (all of them in the default window, which spans them)
+          AND s >= $ws AND (e IS NULL OR e <= $we)
     ),
     mk AS (
         SELECT id AS mark_id, text AS name, payload_int AS v, start AS t, global_tid AS g
@@ -98,5 +100,6 @@ def request_latencies(trace: Trace, scope: Scope) -> pl.DataFrame:
     FROM req r LEFT JOIN ft ON ft.id = r.id LEFT JOIN ot ON ot.id = r.id
     ORDER BY r.s, r.id
     """
-    frame: pl.DataFrame = trace.connection.sql(sql, params={"pid": scope.pid}).pl()
+    prm = {"pid": scope.pid, "ws": scope.start_ns, "we": scope.end_ns}
+    frame: pl.DataFrame = trace.connection.sql(sql, params=prm).pl()
     return frame

@@ -15,6 +15,7 @@ from typing import Any
 
 from specnsys.metrics.structure import DRAFT_FORWARD_SOURCES
 from specnsys.metrics.tokens import source_words
+from specnsys.report.window_words import window_rule_words
 
 __all__ = [
     "render_analysis_text",
@@ -368,7 +369,14 @@ def unlisted(d: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _window_basis(d: dict[str, Any]) -> str:
-    """What set the window, in words (``window_source``; inferred for an older result)."""
+    """What set the window, in words (``window_source``; inferred for an older result), and
+    the ``--window`` rule with what it dropped."""
+    return _default_window_basis(d) + window_rule_words(
+        d.get("window_rule"), d.get("window_dropped")
+    )
+
+
+def _default_window_basis(d: dict[str, Any]) -> str:
     source = d.get("window_source")
     if source == "requests" or (source is None and d["requests"]):
         return "first request start to last request end"
@@ -570,6 +578,11 @@ def _comparison_detail(c: dict[str, Any]) -> list[str]:
         f"measured {_x(c['measured_speedup'])}   gap {_signed_pct(c['gap'])}   "
         f"(Amdahl ceiling {_x(c['amdahl_ceiling'])})",
     ]
+    rules = c.get("window_rule") or {}
+    if any(rule != "requests" for rule in rules.values()):
+        lines.append(
+            f"windows: --window {rules.get('baseline')} (baseline), {rules.get('spec')} (spec)"
+        )
     if c["gap"] is not None:
         if c["prediction_holds"]:
             lines.append(

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from specnsys.attribution.timeline import WINDOW_SOURCES, PhaseBreakdown
+from specnsys.report.window_words import window_rule_words
 
 GPU_COLUMNS = ("gpu_wall_ns", "gpu_busy_ns", "kernels")
 API_COLUMNS = ("launches",)
@@ -37,6 +38,8 @@ def phases_dict(
         "window_ns": b.window_ns,
         "window_source": b.window_source,
         "window_of": WINDOW_SOURCES.get(b.window_source or ""),
+        "window_rule": b.window_rule,
+        "window_dropped": b.window_dropped,
         "gpu_union_ns": None if "gpu" in na else b.gpu_union_ns,
         "rules": b.rules,
         "unclosed_ranges": b.unclosed_ranges,
@@ -52,7 +55,8 @@ def render_phases_json(b: PhaseBreakdown, not_available: dict[str, str] | None =
 def _set_by(b: PhaseBreakdown) -> str:
     """``: <what set the window>`` (empty for a breakdown kept by an older version)."""
     words = WINDOW_SOURCES.get(b.window_source or "")
-    return f": {words}" if words else ""
+    rule = window_rule_words(b.window_rule, b.window_dropped)
+    return (f": {words}" if words else "") + rule
 
 
 def render_phases_text(

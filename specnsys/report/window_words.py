@@ -1,0 +1,24 @@
+"""The words every output uses for the window rule (``--window``) and what it dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["window_rule_words"]
+
+
+def window_rule_words(rule: str | None, dropped: Mapping[str, Any] | None) -> str:
+    """``""`` for the default window, else ``"; --window RULE: WHY (dropped A ms before, B ms
+    after)"``, the phrase that follows the window's basis in every text output."""
+    if not rule or rule == "requests":
+        return ""
+    d = dropped or {}
+    parts = []
+    if d.get("before_ns"):
+        parts.append(f"{d['before_ns'] / 1e6:.3f} ms before")
+    if d.get("after_ns"):
+        parts.append(f"{d['after_ns'] / 1e6:.3f} ms after")
+    cut = f" (dropped {', '.join(parts)})" if parts else " (nothing dropped)"
+    why = f": {d['why']}" if d.get("why") else ""
+    return f"; --window {rule}{why}{cut}"
