@@ -40,11 +40,13 @@ from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
 from specnsys.metrics.acceptance import acceptance_stats
 from specnsys.metrics.bandwidth import memory_bandwidth
+from specnsys.metrics.distributions import step_distributions
 from specnsys.metrics.events import Scope, resolve
 from specnsys.metrics.memory import device_memory
 from specnsys.metrics.os_runtime import os_runtime_calls
 from specnsys.metrics.ranks import ranks_of_analysis
 from specnsys.metrics.requests import distribution, request_latencies
+from specnsys.metrics.steps import step_phase_times, step_table
 from specnsys.metrics.structure import DraftForwards, draft_forwards, structural_warnings
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
 from specnsys.metrics.top_kernels import top_kernels_by_phase
@@ -83,7 +85,8 @@ _MISSING_EVERYTHING = (
 # 3: the generic mode, gpu_time and top_kernels; 4: ranks (every process of a multi-process
 # run, specnsys.metrics.ranks); 5: kernel categories per phase; 7: os_runtime, window_source
 # and windows of OS runtime calls or CPU samples alone; 8: one draft forward from the draft
-# forwards a step ran (draft_forwards_per_step), nesting, structural warnings; 9: --window
+# forwards a step ran (draft_forwards_per_step), nesting, structural warnings; 9: --window,
+# step_distributions
 ANALYSIS_VERSION = 9
 
 
@@ -142,6 +145,9 @@ class Analysis:
     nesting: dict[str, Any] | None = None
     """The nesting facts of the driver thread (:func:`specnsys.attribution.nesting.
     nesting_facts`): ranges a role reassigned, draft leaves, structural errors."""
+    step_distributions: dict[str, Any] | None = None
+    """Per decode step: each phase's time and the time per output token, as count, mean,
+    p50/p90/p99 and max (:mod:`specnsys.metrics.distributions`)."""
     ranks: dict[str, Any] | None = None
     """Every process that launched GPU work or has phase ranges, when there are several and
     no ``pid`` was given (:func:`specnsys.metrics.ranks.ranks_dict`); else None, and
@@ -210,6 +216,7 @@ class Analysis:
             "nesting": self.nesting,
             "per_range_ns": self.per_range_ns,
             "latency": self.latency,
+            "step_distributions": self.step_distributions,
             "bandwidth": self.bandwidth,
             "device_memory": self.device_memory,
             "whatif": self.whatif,
@@ -489,8 +496,20 @@ def _analyze(
     else:
         na["whatif"] = "needs the measured alpha, k and c of a speculative run"
 
-    # latency per request
+    # latency per request, and the per-step tails
     latency = _latency(lat, na)
+    stepping = step_phase(counts, {k_: v["wall_ns"] for k_, v in phases.items()})
+    dist = (
+        step_distributions(
+            step_table(trace, scope, stepping), step_phase_times(trace, scope, stepping)
+        )
+        if mode != GENERIC
+        else None
+    )
+    if dist is None:
+        na["step_distributions"] = (
+            f"needs decode steps; {_NOT_SPECULATIVE}" if mode == GENERIC else "no decode steps"
+        )
 
     # bandwidth and device memory
     busy = {name: int(row["gpu_busy_ns"] or 0) for name, row in phases.items()}
@@ -547,6 +566,7 @@ def _analyze(
         nesting=b.nesting,
         per_range_ns=per_range,
         latency=latency,
+        step_distributions=dist,
         bandwidth=bandwidth,
         device_memory=memory,
         whatif=whatif,

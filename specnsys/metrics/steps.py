@@ -41,7 +41,14 @@ if TYPE_CHECKING:
     from specnsys.ingest import Trace
     from specnsys.metrics.analysis import Analysis
 
-__all__ = ["STEP_COLUMNS", "STEP_PARTS", "analysis_steps", "step_table"]
+__all__ = [
+    "STEP_COLUMNS",
+    "STEP_PARTS",
+    "STEP_PHASE_COLUMNS",
+    "analysis_steps",
+    "step_phase_times",
+    "step_table",
+]
 
 #: The phases whose time inside each step is a column ``<phase>_ns``.
 STEP_PARTS = ("draft", "verify", "forward", "sample")
@@ -135,6 +142,42 @@ def step_table(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
     """
     frame: pl.DataFrame = con.sql(sql, params=prm).pl()
     return frame.select(pl.col(c).cast(t) for c, t in STEP_COLUMNS.items())
+
+
+STEP_PHASE_COLUMNS = {"step": pl.Int64, "phase": pl.String, "ns": pl.Int64}
+"""Columns of :func:`step_phase_times`: one row per (decode step, phase inside it)."""
+
+
+def step_phase_times(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
+    """Per decode step of *scope* (the steps of :func:`step_table`, numbered the same way),
+    the time of every phase whose ranges start in it on the driver thread, clipped to the
+    step's end (nested ranges of one phase once): :data:`STEP_PHASE_COLUMNS`, by step then
+    phase. A phase with no range in a step has no row (its time there is 0)."""
+    if scope.driver_gtid is None:
+        return pl.DataFrame(schema=STEP_PHASE_COLUMNS)
+    prm = {
+        "gtid": scope.driver_gtid,
+        "ws": scope.start_ns,
+        "we": scope.end_ns,
+        "step": step_phase,
+    }
+    sql = f"""
+    WITH driver AS (
+        SELECT s, coalesce(e, $we) AS e, phase FROM ({phase_ranges_sql(scope.rules)})
+        WHERE gtid = $gtid AND counted AND s >= $ws AND s < $we
+    ),
+    steps AS (
+        SELECT row_number() OVER (ORDER BY s, e) - 1 AS step, s, least(e, $we) AS e
+        FROM driver WHERE phase = $step
+    )
+    SELECT st.step, r.phase, sum(least(r.e, st.e) - r.s) AS ns
+    FROM (SELECT * FROM driver WHERE phase <> $step) r
+    ASOF JOIN steps st ON r.s >= st.s
+    WHERE r.s < st.e
+    GROUP BY ALL ORDER BY st.step, r.phase
+    """
+    frame: pl.DataFrame = trace.connection.sql(sql, params=prm).pl()
+    return frame.select(pl.col(c).cast(t) for c, t in STEP_PHASE_COLUMNS.items())
 
 
 def analysis_steps(

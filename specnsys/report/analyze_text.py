@@ -232,6 +232,23 @@ def _latency(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _step_tails(d: dict[str, Any]) -> list[str]:
+    """Per decode step: the step, the time per output token and each phase, with their tails."""
+    dist = d.get("step_distributions")
+    if not dist:
+        return []
+    cols = ("mean", "p50", "p90", "p99", "max")
+    lines = [f"{'per decode step (ms)':<22}{'n':>5}" + "".join(f"{c:>10}" for c in cols)]
+    rows = [("step", dist["step_ns"])]
+    if dist.get("ns_per_token"):
+        rows.append(("per output token", dist["ns_per_token"]))
+    rows += [(f"  {name}", spread) for name, spread in dist["phases"].items()]
+    for label, s in rows:
+        lines.append(f"{label:<22}{s['count']:>5}" + "".join(f"{_ms(s[c]):>10}" for c in cols))
+    lines.append(f"  ({dist['of']}; per output token: step time x batch / tokens)")
+    return lines
+
+
 def _bandwidth(d: dict[str, Any]) -> list[str]:
     bw = d["bandwidth"]
     if not bw:
@@ -486,7 +503,8 @@ def render_analysis_text(d: dict[str, Any]) -> str:
         *_phase_table(d),
     ]
     for block in (
-        _ranks(d), _acceptance(d), _top_kernels(d), _latency(d), _bandwidth(d), _memory(d)
+        _ranks(d), _acceptance(d), _top_kernels(d), _latency(d), _step_tails(d), _bandwidth(d),
+        _memory(d),
     ):
         if block:
             lines += ["", *block]

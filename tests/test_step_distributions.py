@@ -1,0 +1,105 @@
+"""Issue 34, item 2: per-step distributions (p50/p90/p99/max per phase and per token).
+
+A built baseline loop with known per-step phase times (odd and even step counts, ties, a
+phase absent from some steps) gives exact quantiles, interpolated as DuckDB's
+``quantile_cont``; on the samples the distributions equal ``quantile_cont`` over the steps
+table itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import specnsys
+from specnsys.metrics.steps import analysis_steps
+from specnsys.testing.builder import NsysExportBuilder
+from tests.conftest import SAMPLE_TRACES
+
+
+def _loop(forwards: list[int], kv_every: int = 2) -> NsysExportBuilder:
+    """Decode steps whose forward lasts forwards[i] ns, a 10 ns sample after it, a 7 ns kv in
+    every *kv_every*-th step and one token per step (batch of one request)."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    t = 0
+    for i, f in enumerate(forwards):
+        length = f + 10 + 7 + 3
+        b.push_pop(t, t + length, "decode", pid=1, tid=1, domain_id=1)
+        b.push_pop(t + 1, t + 1 + f, "forward", pid=1, tid=1, domain_id=1)
+        b.push_pop(t + 1 + f, t + 11 + f, "sample", pid=1, tid=1, domain_id=1)
+        if i % kv_every == 0:
+            b.push_pop(t + 11 + f, t + 18 + f, "kv", pid=1, tid=1, domain_id=1)
+        b.mark(t + length - 1, "tokens", pid=1, tid=1, domain_id=1, payload_int=1)
+        t += length
+    b.start_end(0, t, "request", pid=1, tid=1, domain_id=1)
+    return b
+
+
+def _cont(values: list[float], q: float) -> float:
+    rows = duckdb.sql(f"SELECT quantile_cont(v, {q}) FROM (SELECT unnest({values}) AS v)").fetchall()
+    return float(rows[0][0])
+
+
+@pytest.mark.parametrize(
+    "forwards",
+    [
+        [100, 300, 200, 200, 500],  # odd count, a tie
+        [100, 100, 100, 400, 900, 900, 250, 120],  # even count, ties at both ends
+        [42],  # one step
+    ],
+)
+def test_quantiles_per_phase_are_exact(tmp_path: Path, forwards: list[int]) -> None:
+    a = specnsys.analyze(_loop(forwards).write(tmp_path / "t.sqlite"))
+    dist = a.step_distributions
+    assert dist is not None and dist["steps"] == len(forwards)
+    fwd = dist["phases"]["forward"]
+    for key, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        assert fwd[key] == pytest.approx(_cont([float(f) for f in forwards], q), abs=1e-9)
+    assert fwd["max"] == max(forwards) and fwd["count"] == len(forwards)
+    # kv in every other step: the steps without it count 0
+    kv = [7.0 if i % 2 == 0 else 0.0 for i in range(len(forwards))]
+    assert dist["phases"]["kv"]["p50"] == pytest.approx(_cont(kv, 0.5))
+    assert dist["phases"]["kv"]["mean"] == pytest.approx(sum(kv) / len(kv))
+    assert dist["phases"]["sample"]["p99"] == pytest.approx(10.0)
+    steps = [f + 20.0 for f in forwards]
+    assert dist["step_ns"]["p99"] == pytest.approx(_cont(steps, 0.99))
+    # one token per step for one sequence: the time per token is the step's
+    assert dist["ns_per_token"]["p90"] == pytest.approx(_cont(steps, 0.9))
+
+
+def test_the_text_shows_the_tails(tmp_path: Path) -> None:
+    from specnsys.report.analyze_text import render_analysis_text
+
+    a = specnsys.analyze(_loop([100, 300, 200, 200, 500]).write(tmp_path / "t.sqlite"))
+    text = render_analysis_text(a.to_dict())
+    assert "per decode step (ms)" in text and "per output token" in text
+    assert "  forward" in text
+
+
+@pytest.mark.parametrize("name", ["baseline_chat_c4", "spec_chat_c4_k4", "spec_rag_c4_k4"])
+def test_on_the_samples_they_equal_quantile_cont_over_the_steps_table(name: str) -> None:
+    path = SAMPLE_TRACES / f"{name}.sqlite"
+    a = specnsys.analyze(path)
+    with specnsys.open(path) as trace:
+        steps = analysis_steps(trace, a, None)
+    dist = a.step_distributions
+    assert dist is not None and dist["steps"] == steps.height
+    con = duckdb.connect()
+    con.register("steps", steps.to_arrow())
+    for phase in ("draft", "verify", "forward", "sample"):
+        if phase not in dist["phases"]:
+            assert int(steps[f"{phase}_ns"].sum()) == 0
+            continue
+        row = con.sql(
+            f"SELECT quantile_cont({phase}_ns, 0.5), quantile_cont({phase}_ns, 0.99), "
+            f"max({phase}_ns) FROM steps"
+        ).fetchall()[0]
+        got = dist["phases"][phase]
+        assert (got["p50"], got["p99"], got["max"]) == pytest.approx(row), phase
+    row = con.sql("SELECT quantile_cont(duration_ns, 0.9) FROM steps").fetchall()[0]
+    assert dist["step_ns"]["p90"] == pytest.approx(row[0])
