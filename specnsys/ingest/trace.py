@@ -29,6 +29,7 @@ from specnsys.ingest.memory_limits import (
     ANALYSIS_MEMORY_FRACTION,
     ANALYSIS_MEMORY_MIN,
     duckdb_memory_limit,
+    explicit_memory_limit,
 )
 from specnsys.ingest.model import MODEL_TABLES
 from specnsys.ingest.nsys_rep import EXPORT_PREFIX, export_report_if_needed
@@ -215,6 +216,7 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
     not a usable export. The export is opened read-only and never modified.
     """
     started = time.perf_counter()
+    explicit_memory_limit()  # a bad SPECNSYS_MEMORY_LIMIT is refused warm or cold alike
     root = cache.usable_root() if use_cache and not cache.cache_disabled() else None
     sqlite_path, scratch = export_report_if_needed(Path(path), root)
     try:
