@@ -10,11 +10,15 @@ middle was never rebuilt. (l) ``SPECNSYS_MEMORY_LIMIT`` was checked on a cold ca
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
 
-from specnsys.errors import UsageError
+import specnsys
+from specnsys.errors import SpecnsysWarning, UsageError
 from specnsys.ingest.memory_limits import explicit_memory_limit
+from specnsys.ingest.readonly_sql import ReadOnlyQueryError
 from tests.cli_driver import run_one
 from tests.conftest import SAMPLE_TRACES
 
@@ -62,3 +66,67 @@ def test_a_bad_memory_limit_is_refused_on_a_warm_cache(monkeypatch: pytest.Monke
     monkeypatch.setenv("SPECNSYS_MEMORY_LIMIT", "lots")
     line = _one_line_error(run_one(argv))
     assert "SPECNSYS_MEMORY_LIMIT='lots'" in line and "from 1MB to 1000PB" in line
+
+
+# --- (h) read_csv(store_rejects=...) through Trace.sql ---------------------------------------
+
+
+def _rejecting_csv(folder: Path) -> Path:
+    """A CSV with a row DuckDB rejects (a text in an integer column)."""
+    path = folder / "bad.csv"
+    path.write_text("a,b\n1,2\n3,4\nx,y\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        "store_rejects=true, rejects_table='nvtx'",
+        "rejects_table := 'kernels'",
+        "\"STORE_REJECTS\" = true",
+        "store_rejects=true, rejects_scan='kernels'",
+    ],
+)
+def test_csv_reject_tables_are_refused(arguments: str, tmp_path: Path) -> None:
+    """``read_csv(..., store_rejects=true, rejects_table='nvtx')`` made temporary tables
+    ``nvtx`` and ``reject_scans``, which shadowed the model for the rest of the session."""
+    csv = _rejecting_csv(tmp_path)
+    with specnsys.open(TRACE) as t:
+        before = t.sql("SELECT count(*) FROM nvtx").fetchall()
+        for query in (
+            f"SELECT * FROM read_csv('{csv}', {arguments})",
+            f"SELECT * FROM (SELECT * FROM sniff_csv('{csv}', {arguments}))",
+        ):
+            with pytest.raises(ReadOnlyQueryError, match="rows it rejects in new tables"):
+                t.sql(query)
+        assert t.sql("SELECT count(*) FROM nvtx").fetchall() == before
+        assert t.connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE temporary"
+        ).fetchall() == [(0,)]
+        # reading the CSV without those parameters still works
+        typed = "columns={'a': 'BIGINT', 'b': 'BIGINT'}, header=true, ignore_errors=true"
+        assert len(t.sql(f"SELECT * FROM read_csv('{csv}', {typed})").fetchall()) == 2
+
+
+def test_the_cli_refuses_reject_tables_in_one_line(tmp_path: Path) -> None:
+    csv = _rejecting_csv(tmp_path)
+    line = _one_line_error(
+        run_one(["sql", str(TRACE), f"SELECT * FROM read_csv('{csv}', store_rejects=true)"])
+    )
+    assert "store_rejects" in line
+
+
+def test_a_temporary_table_left_on_the_connection_is_dropped_before_the_next_query() -> None:
+    """The second line: whatever made a temporary table ``kernels`` on the trace's connection
+    (here the connection itself, which the library hands out), the next ``sql()`` reads the
+    model's ``kernels`` again, and says what it dropped."""
+    with specnsys.open(TRACE) as t:
+        (model_count,) = t.sql("SELECT count(*) FROM kernels").fetchall()[0]
+        t.connection.execute("CREATE TEMP TABLE kernels AS SELECT 1 AS x FROM range(7)")
+        t.connection.execute("CREATE TEMP TABLE reject_scans AS SELECT 1 AS x")
+        with pytest.warns(SpecnsysWarning, match="temporary table.*kernels.*shadowed"):
+            rows = t.sql("SELECT count(*) FROM kernels").fetchall()
+        assert rows == [(model_count,)]
+        assert t.connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE temporary"
+        ).fetchall() == [(0,)]

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 import uuid
+import warnings
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
-from specnsys.errors import UsageError
+from specnsys.errors import SpecnsysWarning, UsageError
 from specnsys.ingest import cache
 from specnsys.ingest.arrow_values import arrow_frame
 from specnsys.ingest.build import SCRATCH_PREFIX, build_model
@@ -108,10 +109,16 @@ class Trace:
         """Run one read-only DuckDB statement over the model tables; return the (lazy) relation.
 
         Statements that could write (COPY, ATTACH, CREATE, SET, ...) raise
-        :class:`~specnsys.ingest.readonly_sql.ReadOnlyQueryError`; see that module.
+        :class:`~specnsys.ingest.readonly_sql.ReadOnlyQueryError`; see that module. Temporary
+        tables on the connection (which an earlier statement could only have made by a way
+        the check does not know of, and which would shadow the model's tables) are dropped
+        first, with a warning: the relation runs when it is read, so before the next query
+        is the first time what it made can be seen.
         """
         check_read_only(query)
-        return self.connection.sql(query)
+        con = self.connection
+        _drop_temporary_tables(con, self.path)
+        return con.sql(query)
 
     def table(self, name: str) -> pl.LazyFrame:
         """One model table as a Polars LazyFrame over the same columnar data as ``sql()``."""
@@ -171,6 +178,34 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, {self.summary.version.label})"
+
+
+def _drop_temporary_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Drop every temporary table of *con*, saying which (see :meth:`Trace.sql`). specnsys
+    itself makes none on a trace's connection: its Arrow tables are registered (temporary
+    views), and users' SQL cannot CREATE."""
+    names = [
+        str(name)
+        for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE temporary ORDER BY table_name"
+        ).fetchall()
+    ]
+    if not names:
+        return
+    for name in names:
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{_quoted(name)}")
+    shadowed = [n for n in names if n in MODEL_TABLES]
+    warnings.warn(
+        f"{path}: an earlier query made temporary table(s) {', '.join(names)}"
+        + (f", which shadowed the model's {', '.join(shadowed)}" if shadowed else "")
+        + "; dropped",
+        SpecnsysWarning,
+        stacklevel=3,
+    )
+
+
+def _quoted(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
 
 
 #: Private temporary folders of specnsys processes (DuckDB's spills while analyzing or
