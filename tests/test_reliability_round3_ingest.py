@@ -10,6 +10,9 @@ middle was never rebuilt. (l) ``SPECNSYS_MEMORY_LIMIT`` was checked on a cold ca
 
 from __future__ import annotations
 
+import re
+import shutil
+import sqlite3
 from pathlib import Path
 
 import duckdb
@@ -19,6 +22,7 @@ import specnsys
 from specnsys.errors import SpecnsysWarning, UsageError
 from specnsys.ingest.memory_limits import explicit_memory_limit
 from specnsys.ingest.readonly_sql import ReadOnlyQueryError
+from tests import hostile_corpus
 from tests.cli_driver import run_one
 from tests.conftest import SAMPLE_TRACES
 
@@ -130,3 +134,122 @@ def test_a_temporary_table_left_on_the_connection_is_dropped_before_the_next_que
         assert t.connection.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE temporary"
         ).fetchall() == [(0,)]
+
+
+# --- (e) (f) (k) what the model cannot show is a data-quality warning with its count -----------
+
+
+def _edited_copy(folder: Path, *statements: str, source: Path = TRACE) -> Path:
+    """A copy of a real export with *statements* applied (the original is never touched)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / source.name
+    shutil.copyfile(source, path)
+    con = sqlite3.connect(path)
+    try:
+        for sql in statements:
+            con.execute(sql)
+        con.commit()
+    finally:
+        con.close()
+    return path
+
+
+def _notes_of(path: Path, pattern: str) -> list[str]:
+    return [w for w in specnsys.analyze(path).data_warnings if re.search(pattern, w)]
+
+
+def test_unknown_nvtx_event_types_are_kept_and_said(tmp_path: Path) -> None:
+    """13 phase ranges and marks given an event type nsys does not write (61) were dropped
+    silently by every analysis (the hostile pass: tokens 256 -> 243, verify -51 %). They stay
+    in the model (kind 'other', their raw type kept), and a warning counts them by type."""
+    path = _edited_copy(
+        tmp_path,
+        "UPDATE NVTX_EVENTS SET eventType = 61 WHERE rowid IN (SELECT rowid FROM NVTX_EVENTS "
+        "WHERE eventType = 59 ORDER BY rowid LIMIT 10)",
+        "UPDATE NVTX_EVENTS SET eventType = 200 WHERE rowid IN (SELECT rowid FROM NVTX_EVENTS "
+        "WHERE eventType = 34 ORDER BY rowid LIMIT 3)",
+    )
+    (note,) = _notes_of(path, "event type")
+    assert note.startswith(f"{path}: 13 NVTX event(s)") and "(eventType 61: 10, 200: 3)" in note
+    with specnsys.open(path) as t:
+        assert t.sql("SELECT count(*) FROM nvtx WHERE kind = 'other' AND event_type IN (61, 200)"
+                     ).fetchall() == [(13,)]  # fmt: skip
+        assert t.summary.row_counts["nvtx"] == sqlite3.connect(path).execute(
+            "SELECT count(*) FROM NVTX_EVENTS").fetchone()[0]  # fmt: skip
+    assert not _notes_of(TRACE, "event type")  # the real capture has none
+
+
+def test_nvtx_naming_event_types_are_not_reported(tmp_path: Path) -> None:
+    """Rows naming CUDA devices, contexts and streams (97-99) carry nothing the analyses
+    read: no warning."""
+    path = _edited_copy(
+        tmp_path,
+        "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid) "
+        "SELECT start, 97 + (rowid % 3), 'name', globalTid FROM NVTX_EVENTS LIMIT 6",
+    )
+    assert not _notes_of(path, "event type")
+
+
+def test_dangling_string_ids_are_counted_per_table(tmp_path: Path) -> None:
+    """Removing the ``request`` string turned 8 requests into 3 and shrank the window by 41 %
+    without a word; kernels whose names are gone showed as "(unnamed)". Each table with
+    names that resolve to nothing is one warning with its count."""
+    path = _edited_copy(
+        tmp_path, "DELETE FROM StringIds WHERE value IN ('request', 'sample')"
+    )
+    expected = sqlite3.connect(path).execute(
+        "SELECT count(*) FROM NVTX_EVENTS WHERE textId IS NOT NULL "
+        "AND textId NOT IN (SELECT id FROM StringIds)"
+    ).fetchone()[0]
+    assert expected == 8 + 33
+    (note,) = _notes_of(path, "StringIds")
+    assert f"{expected} nvtx row(s) refer to string ids that are not in StringIds" in note
+    assert f"text: {expected}" in note and "no phase, mark or request" in note
+
+    (tmp_path / "built").mkdir()
+    loop = hostile_corpus.good_loop(tmp_path / "built", steps=6)
+    kernels = _edited_copy(tmp_path / "loop", "DELETE FROM StringIds WHERE value LIKE 'gemm%'",
+                           source=loop)  # fmt: skip
+    (note,) = _notes_of(kernels, "StringIds")
+    assert "6 kernels row(s)" in note and "short_name: 6, demangled_name: 6" in note
+    assert not _notes_of(TRACE, "StringIds")
+
+
+def test_a_text_mark_payload_is_read_when_it_is_a_number_and_said_when_it_is_not(
+    tmp_path: Path,
+) -> None:
+    """A ``tokens`` payload stored as text counted as 0 tokens silently (SQLite's CAST reads
+    'lots' as 0). A text that holds the number is read as that number; any other is NULL and
+    counted in a warning."""
+    base = specnsys.analyze(TRACE).to_dict()
+    tokens = base["tokens"]
+    # int64Value has INTEGER affinity, where '8' would be stored as 8: the table is written
+    # again with columns of no declared type (as a hand-made export may be), where it stays text
+    path = _edited_copy(tmp_path, "ALTER TABLE NVTX_EVENTS RENAME TO typed")
+    con = sqlite3.connect(path)
+    columns = ", ".join(f'"{row[1]}"' for row in con.execute("PRAGMA table_info(typed)"))
+    con.execute(f"CREATE TABLE NVTX_EVENTS ({columns})")
+    con.execute("INSERT INTO NVTX_EVENTS SELECT * FROM typed ORDER BY rowid")
+    con.execute("DROP TABLE typed")
+    tokens_id = con.execute("SELECT id FROM StringIds WHERE value = 'tokens'").fetchone()[0]
+    con.execute(f"UPDATE NVTX_EVENTS SET int64Value = CAST(int64Value AS TEXT) "
+                f"WHERE textId = {tokens_id}")  # fmt: skip
+    con.commit()
+    assert con.execute(f"SELECT DISTINCT typeof(int64Value) FROM NVTX_EVENTS "
+                       f"WHERE textId = {tokens_id}").fetchall() == [("text",)]  # fmt: skip
+    con.close()
+    as_text = specnsys.analyze(path)
+    assert as_text.to_dict()["tokens"] == tokens == 256  # "8" is read as 8
+    assert not [w for w in as_text.data_warnings if "not numbers" in w]
+
+    con = sqlite3.connect(path)
+    con.execute(f"UPDATE NVTX_EVENTS SET int64Value = 'lots' WHERE rowid IN (SELECT rowid FROM "
+                f"NVTX_EVENTS WHERE textId = {tokens_id} ORDER BY rowid LIMIT 5)")  # fmt: skip
+    con.commit()
+    con.close()
+    (note,) = _notes_of(path, "not numbers")
+    assert "5 value(s) of NVTX_EVENTS.int64Value" in note and "read as NULL" in note
+    assert "a tokens mark counts no token" in note
+    with specnsys.open(path) as t:
+        assert t.sql("SELECT count(*) FROM nvtx WHERE text = 'tokens' AND payload_int IS NULL"
+                     ).fetchall() == [(5,)]  # fmt: skip

@@ -23,7 +23,7 @@ import polars as pl
 from specnsys.errors import SpecnsysWarning, UsageError
 from specnsys.ingest import cache
 from specnsys.ingest.arrow_values import arrow_frame
-from specnsys.ingest.build import SCRATCH_PREFIX, build_model
+from specnsys.ingest.build import SCRATCH_PREFIX, BuildNotes, build_model
 from specnsys.ingest.input_file import file_identity, require_unchanged, validate_sqlite_file
 from specnsys.ingest.interrupts import interruptible
 from specnsys.ingest.memory_limits import (
@@ -293,11 +293,16 @@ def _open_export(sqlite_path: Path, root: Path | None, started: float) -> Trace:
         if tmp is not None:
             assert folder is not None
             try:
-                build_model(export, tmp)
+                notes = BuildNotes()
+                build_model(export, tmp, notes)
                 with _closed_on_error(analysis_connection(size)) as con:
-                    summary = summarize(
-                        _model_views(con, tmp, None), version, export.tables, list(MODEL_TABLES)
-                    )
+                    summary = _noted(
+                        summarize(
+                            _model_views(con, tmp, None), version, export.tables,
+                            list(MODEL_TABLES),
+                        ),
+                        export, notes,
+                    )  # fmt: skip
                     require_unchanged(sqlite_path, identity)  # never cache a mixed model
                     final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
                     return Trace(
@@ -310,17 +315,29 @@ def _open_export(sqlite_path: Path, root: Path | None, started: float) -> Trace:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)  # bad input (or a bug): no half entry
                 raise
-        tables = build_model(export)
+        notes = BuildNotes()
+        tables = build_model(export, None, notes)
         assert tables is not None
         require_unchanged(sqlite_path, identity)
         with _closed_on_error(analysis_connection(size)) as con:
-            summary = summarize(
-                _model_views(con, None, tables), version, export.tables, list(MODEL_TABLES)
-            )
+            summary = _noted(
+                summarize(
+                    _model_views(con, None, tables), version, export.tables, list(MODEL_TABLES)
+                ),
+                export, notes,
+            )  # fmt: skip
             return Trace(
                 sqlite_path, summary, arrow_tables=tables,
                 open_seconds=time.perf_counter() - started, connection=con,
             )
+
+
+def _noted(summary: TraceSummary, export: SqliteExport, notes: BuildNotes) -> TraceSummary:
+    """*summary* with what the build counted and the model cannot show (dangling string ids,
+    values read as NULL), kept with the cache entry for the data-quality notes."""
+    summary.dangling_string_ids = notes.dangling()
+    summary.inexact_values = export.inexact_values()
+    return summary
 
 
 @contextlib.contextmanager
