@@ -20,6 +20,8 @@ import pytest
 
 import specnsys
 from specnsys.errors import SpecnsysWarning, UsageError
+from specnsys.ingest import cache
+from specnsys.ingest.cache import CHECK_HEAD_BYTES, CHECK_TAIL_BYTES
 from specnsys.ingest.memory_limits import explicit_memory_limit
 from specnsys.ingest.readonly_sql import ReadOnlyQueryError
 from tests import hostile_corpus
@@ -253,3 +255,81 @@ def test_a_text_mark_payload_is_read_when_it_is_a_number_and_said_when_it_is_not
     with specnsys.open(path) as t:
         assert t.sql("SELECT count(*) FROM nvtx WHERE text = 'tokens' AND payload_int IS NULL"
                      ).fetchall() == [(5,)]  # fmt: skip
+
+
+# --- (i) a cached Parquet damaged in the middle ------------------------------------------------
+
+
+def _long_trace(folder: Path) -> Path:
+    """A built export whose ``nvtx.parquet`` is larger than the ends the manifest checks."""
+    b = hostile_corpus._builder()
+    for i in range(20_000):  # distinct texts and durations: pages that do not compress away
+        b.push_pop(i * 100_000, i * 100_000 + (i * 7919) % 99_991, f"range {i}", domain_id=1)
+    folder.mkdir(parents=True, exist_ok=True)
+    return b.write(folder / "long.sqlite")
+
+
+def _damage_the_middle(parquet: Path) -> None:
+    """Overwrite bytes in the middle of *parquet* (not its ends) until a full read fails."""
+    import pyarrow.parquet as pq
+
+    good = parquet.read_bytes()
+    assert len(good) > CHECK_HEAD_BYTES + CHECK_TAIL_BYTES + 8192
+    for offset in range(CHECK_HEAD_BYTES, len(good) - CHECK_TAIL_BYTES - 64, 512):
+        bad = bytearray(good)
+        bad[offset : offset + 64] = b"\xde\xad\xbe\xef" * 16
+        parquet.write_bytes(bytes(bad))
+        try:
+            pq.read_table(parquet)
+        except Exception:  # noqa: BLE001 - damaged as wanted
+            return
+    pytest.fail("no damage in the middle made the file unreadable")
+
+
+def test_a_cache_file_damaged_in_the_middle_is_rebuilt_once(
+    tmp_path: Path, isolated_cache: Path
+) -> None:
+    """The manifest checks each file's size and ends; a page damaged in the middle showed
+    only when the query decoded it, and ``sql`` exited 2 blaming the query ("SQL error"),
+    every time. The read failure drops the entry; the command runs again on a rebuilt one,
+    with the same answer and one warning."""
+    trace = _long_trace(tmp_path)
+    query = ["sql", str(trace), "SELECT count(*), sum(duration), count(DISTINCT text) FROM nvtx",
+             "--format", "csv"]  # fmt: skip
+    first = run_one(query)
+    assert first["status"] == 0, first["stderr"]
+    (entry,) = [p for p in isolated_cache.iterdir() if (p / "manifest.json").is_file()]
+    _damage_the_middle(entry / "nvtx.parquet")
+    damaged = run_one(query)
+    assert damaged["status"] == 0 and damaged["traceback"] is None, damaged["stderr"]
+    assert damaged["stdout"] == first["stdout"]
+    (warning,) = str(damaged["stderr"]).splitlines()
+    assert warning.startswith(f"specnsys: warning: {trace}: its cache entry was damaged")
+    assert "nvtx.parquet does not read" in warning and "built again" in warning
+    assert cache.unreadable_file(entry) is None  # the entry in place is a new, whole one
+    again = run_one(query)
+    assert again["status"] == 0 and again["stderr"] == "" and again["stdout"] == first["stdout"]
+
+    # an analysis on the damaged entry (was: exit 3, "Varint-decoding found too large number"),
+    # damaged all through its middle so that whatever columns it reads fail
+    parquet = entry / "nvtx.parquet"
+    bad = bytearray(parquet.read_bytes())
+    for offset in range(CHECK_HEAD_BYTES, len(bad) - CHECK_TAIL_BYTES - 16, 256):
+        bad[offset : offset + 16] = b"\xde\xad\xbe\xef" * 4
+    parquet.write_bytes(bytes(bad))
+    assert cache.unreadable_file(entry) is not None
+    ranges = run_one(["ranges", str(trace), "--json"])
+    assert ranges["status"] == 0, ranges["stderr"]
+    assert "its cache entry was damaged" in str(ranges["stderr"])
+
+
+def test_a_query_error_on_a_whole_cache_is_the_query_s(tmp_path: Path, isolated_cache: Path) -> None:
+    """An error of the kind a damaged file raises (DuckDB's Invalid Input), from the query
+    itself: the entry reads whole, so nothing is rebuilt and the error is the query's."""
+    trace = _long_trace(tmp_path)
+    assert run_one(["sql", str(trace), "SELECT count(*) FROM nvtx"])["status"] == 0
+    (entry,) = [p for p in isolated_cache.iterdir() if (p / "manifest.json").is_file()]
+    built = (entry / "nvtx.parquet").stat().st_mtime_ns
+    line = _one_line_error(run_one(["sql", str(trace), "SELECT error('boom') FROM nvtx"]))
+    assert "SQL error" in line and "boom" in line
+    assert (entry / "nvtx.parquet").stat().st_mtime_ns == built

@@ -14,9 +14,9 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import polars as pl
 
@@ -283,6 +283,7 @@ def _open_export(sqlite_path: Path, root: Path | None, started: float) -> Trace:
         if folder is not None:
             manifest = cache.load_manifest(folder, key)
             if manifest is not None:
+                _ENTRIES_READ[folder] = sqlite_path  # see rebuilt_once
                 summary = TraceSummary.from_dict(manifest["summary"])
                 return Trace(
                     sqlite_path, summary, parquet_folder=folder, from_cache=True,
@@ -338,6 +339,87 @@ def _noted(summary: TraceSummary, export: SqliteExport, notes: BuildNotes) -> Tr
     summary.dangling_string_ids = notes.dangling()
     summary.inexact_values = export.inexact_values()
     return summary
+
+
+#: The cache entries this process reused (folder -> the export), since the last
+#: :func:`rebuilt_once` began: where a read failure may come from.
+_ENTRIES_READ: dict[Path, Path] = {}
+
+T = TypeVar("T")
+
+
+def rebuilt_once(run: Callable[[], T], before_retry: Callable[[], None] | None = None) -> T:
+    """``run()``; when it fails as a damaged cache file would make it fail, and an entry it
+    reused does not read to its end, drop that entry and ``run()`` once more, which rebuilds
+    it from the export (calling *before_retry* first; a warning says what happened).
+
+    The manifest's check at open covers a file's ends only (reading whole files would cost
+    every warm run), so damage in the middle of a cached Parquet shows when a query decodes
+    that page: DuckDB, Polars or Arrow fail, and the command blamed its query or exited 3.
+    Only the failures an unreadable file causes are looked into (DuckDB's I/O, invalid-input
+    and bare errors, Polars' compute errors, Arrow's errors and OSError, also as the cause of
+    a specnsys error), and only the entries the failed run reused are read through; when all
+    of them read, the failure is the run's own and propagates unchanged."""
+    _ENTRIES_READ.clear()
+    try:
+        return run()
+    except Exception as exc:
+        damaged = _damaged_entries(exc)
+        if not damaged:
+            raise
+    for folder, _export, _file, _why in damaged:
+        cache.drop_entry(folder)
+    if before_retry is not None:
+        before_retry()
+    for _folder, export, file, why in damaged:
+        warnings.warn(
+            f"{export}: its cache entry was damaged ({file} does not read: {why}); "
+            "built again from the export",
+            SpecnsysWarning,
+            stacklevel=2,
+        )
+    _ENTRIES_READ.clear()
+    return run()
+
+
+def _damaged_entries(exc: BaseException) -> list[tuple[Path, Path, str, str]]:
+    """``(folder, export, file, why)`` of each reused entry that does not read, when *exc*
+    is a failure that an unreadable file causes (else nothing is read)."""
+    if not _ENTRIES_READ or not any(_reads_fail(e) for e in _chain(exc)):
+        return []
+    found = []
+    for folder, export in list(_ENTRIES_READ.items()):
+        unreadable = cache.unreadable_file(folder) if folder.is_dir() else None
+        if unreadable is not None:
+            found.append((folder, export, *unreadable))
+    return found
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """*exc* and its causes and contexts (``raise ... from None`` keeps the context)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _reads_fail(exc: BaseException) -> bool:
+    """Whether *exc* is of a kind a file that does not read raises."""
+    import sys
+
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None and (
+        type(exc) is duckdb.Error
+        or isinstance(exc, (duckdb.IOException, duckdb.InvalidInputException,
+                            duckdb.InternalException))
+    ):  # fmt: skip
+        return True
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(exc, pa.ArrowException):
+        return True
+    return isinstance(exc, (pl.exceptions.ComputeError, OSError))
 
 
 @contextlib.contextmanager
