@@ -269,6 +269,12 @@ def _kill(proc: _Proc) -> None:
 # its "Generated:" heading: they name the capture's private folders, not the published files.
 _NSYS_PROGRESS = re.compile(rb"^(\[\d+/\d+\] \[[^\]]*\] [^\[]*)+$")
 _NSYS_GENERATED = b"Generated:"
+# What nsys 2022.4 says when it cannot find its QdstrmImporter (Debian's split package, see
+# :func:`_import_stream`): it leaves the .qdstrm stream, which specnsys imports itself, so
+# these lines are about a step that is not skipped after all.
+_NSYS_IMPORTER = re.compile(
+    rb"^(Importer error (status|output): .*|Unable to retrieve the importer version: .*)$"
+)
 
 
 class _OutputRelay:
@@ -277,7 +283,8 @@ class _OutputRelay:
 
     nsys shares the program's stdout: its lines about the capture's private files (the
     progress of the import and export, the staged paths) are left out, since the published
-    export's path is what ``profile`` reports."""
+    export's path is what ``profile`` reports, and so are its lines about an importer it could
+    not find (specnsys imports the stream itself, or says in one line why it cannot)."""
 
     def __init__(self, folder: Path, echo: bool, private: Sequence[Path]) -> None:
         self.paths = (folder / "stdout.txt", folder / "stderr.txt")
@@ -339,6 +346,7 @@ class _OutputRelay:
             return b"\r" in bare
         return (
             bare == _NSYS_GENERATED
+            or bool(_NSYS_IMPORTER.match(bare))
             or all(_NSYS_PROGRESS.match(part) for part in redrawn)
             or any(p in bare for p in self._private)
         )
@@ -567,22 +575,94 @@ def _signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _import_stream(nsys: str, stream: Path, report: Path, env: Mapping[str, str]) -> None:
-    """Turn a ``.qdstrm`` into ``.nsys-rep`` with the host importer nsys could not find."""
-    nsys_real = Path(nsys).resolve()
-    candidates = [
-        nsys_real.parent.parent / "host-linux-x64" / "QdstrmImporter",
-        Path("/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"),
-    ]
-    importer = next((c for c in candidates if c.is_file()), None)
+#: Where Debian's ``nsight-systems`` package installs the host half of nsys (its importer among
+#: it), apart from the ``target-linux-x64`` folder that holds the nsys binary.
+DEBIAN_HOST_DIRS: tuple[Path, ...] = (Path("/usr/lib/nsight-systems/host-linux-x64"),)
+_IMPORTER = "QdstrmImporter"
+_HOST_DIR = "host-linux-x64"
+_IMPORT_TIMEOUT_S = 900
+
+
+def _hops(path: Path) -> Iterator[Path]:
+    """*path*, then each path its chain of symbolic links leads to, in turn (at most 40, as
+    the kernel follows), ending at the real file: ``/usr/bin/nsys`` -> ``../lib/nsight-systems/
+    bin/nsys`` -> ``../target-linux-x64/nsys`` in Debian's layout."""
+    seen: set[Path] = set()
+    while path not in seen and len(seen) < 40:
+        seen.add(path)
+        yield path
+        try:
+            target = os.readlink(path)
+        except OSError:
+            break
+        path = Path(os.path.normpath(path.parent / target))
+    real = path.resolve()
+    if real not in seen:
+        yield real
+
+
+def importer_candidates(nsys: str) -> list[Path]:
+    """Where an nsys installation keeps its ``QdstrmImporter``: the ``host-linux-x64`` folder
+    beside the ``target-linux-x64`` folder of the binary (NVIDIA's layout), at every step of
+    the binary's chain of links (Debian's layout has it beside ``/usr/lib/nsight-systems/
+    target-linux-x64``, a link to the folder that holds the binary), then the folder where
+    Debian installs it."""
+    found: list[Path] = []
+    for hop in _hops(Path(nsys).absolute()):
+        for folder in (hop.parent.parent / _HOST_DIR, hop.parent / _HOST_DIR, hop.parent):
+            if folder / _IMPORTER not in found:
+                found.append(folder / _IMPORTER)
+    found.extend(d / _IMPORTER for d in DEBIAN_HOST_DIRS if d / _IMPORTER not in found)
+    return found
+
+
+def find_importer(nsys: str) -> Path | None:
+    """The ``QdstrmImporter`` of the installation of *nsys* (see :func:`importer_candidates`)."""
+    return next((c for c in importer_candidates(nsys) if c.is_file()), None)
+
+
+def _no_importer(nsys: str) -> str:
+    """What to do when nsys left its stream unimported and no importer is found: nsys looks for
+    it beside its real binary only (no option or variable points it elsewhere), so either the
+    host half of Nsight Systems is missing or it is not where nsys looks."""
+    target = Path(nsys).resolve().parent
+    return (
+        f"nsys left its capture as a .qdstrm stream and no {_IMPORTER} was found to import it "
+        f"(nsys looks in {target.parent / _HOST_DIR}; specnsys also in "
+        f"{', '.join(str(d) for d in DEBIAN_HOST_DIRS)}): install Nsight Systems' host part "
+        f"(Debian: apt install nsight-systems) or link its {_HOST_DIR} folder to "
+        f"{target.parent / _HOST_DIR}"
+    )
+
+
+def _import_stream(
+    nsys: str, stream: Path, report: Path, env: Mapping[str, str] | None = None
+) -> None:
+    """Turn a ``.qdstrm`` into ``.nsys-rep`` with the host importer nsys could not find.
+
+    Debian's ``nsight-systems`` installs the importer in ``/usr/lib/nsight-systems/
+    host-linux-x64`` and the nsys binary in ``/usr/lib/x86_64-linux-gnu/nsight-systems/
+    target-linux-x64``; nsys 2022.4 looks for the importer only beside its real binary
+    (measured with strace: ``<binary's folder>/../host-linux-x64``, ``<binary's folder>``), so
+    it prints "Importer error status ..." and leaves the stream, which is imported here."""
+    importer = find_importer(nsys)
     if importer is None:
-        raise CaptureError("nsys left a .qdstrm stream and no QdstrmImporter was found to import it")
+        raise CaptureError(_no_importer(nsys))
     try:
         done = subprocess.run(
-            [str(importer), "-i", str(stream)], capture_output=True, text=True, timeout=900,
-            env=env,
-        )
+            [str(importer), "-i", str(stream)], capture_output=True, text=True,
+            timeout=_IMPORT_TIMEOUT_S, env=None if env is None else dict(env),
+        )  # fmt: skip
     except subprocess.TimeoutExpired:
-        raise CaptureError("importing the .qdstrm stream did not finish in 900 s") from None
+        raise CaptureError(
+            f"importing the .qdstrm stream did not finish in {_IMPORT_TIMEOUT_S} s"
+        ) from None
+    except OSError as exc:
+        raise CaptureError(f"cannot run {importer}: {exc.strerror or exc}") from None
     if done.returncode != 0 or not report.is_file():
-        raise CaptureError(f"importing the .qdstrm stream failed (exit status {done.returncode})")
+        lines = (done.stderr or done.stdout or "").strip().splitlines()
+        detail = f": {lines[-1]}" if lines else ""
+        raise CaptureError(
+            f"importing the .qdstrm stream with {importer} failed "
+            f"(exit status {done.returncode}){detail}"
+        )

@@ -353,7 +353,10 @@ def _run(argv: Sequence[str] | None) -> int:
     with _queries_stopped_on_signal():
         parser = build_parser()  # imports the commands, and with them the analysis stack
         args = parser.parse_args(argv)
-        code = int(args.run(args) or 0)
+        from specnsys.ingest.trace import rebuilt_once
+
+        # a cache file damaged in its middle fails a query: rebuilt, the command runs again
+        code = rebuilt_once(lambda: int(args.run(args) or 0), _PENDING_WARNINGS.clear)
     if _SIGNALLED:  # a library swallowed the interrupt (DuckDB 2.0 finishes the query anyway)
         raise KeyboardInterrupt
     sys.stdout.flush()  # a full disk must fail here, not silently at exit

@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from specnsys.ingest.memory_limits import (
 )
 from specnsys.ingest.model import (
     BUILD_ORDER,
+    NAME_REFERENCES,
     NVTX,
     NVTX_CATEGORIES,
     NVTX_DEFINITION_COLUMNS,
@@ -52,6 +54,40 @@ from specnsys.ingest.sqlite_reader import RawColumn, SliceRead, SqliteExport
 if TYPE_CHECKING:  # DuckDB and pyarrow load when a model is built: a warm run skips both
     import duckdb
     import pyarrow as pa
+
+
+class BuildNotes:
+    """What a build found in the rows it normalized, for the data-quality notes: the rows
+    whose string id is set but resolves to nothing (a dangling ``StringIds`` reference), per
+    model ``table.column`` of :data:`~specnsys.ingest.model.NAME_REFERENCES` and per
+    ``table`` (rows with any). Counted on the reader's threads, slice by slice."""
+
+    def __init__(self) -> None:
+        self._dangling: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def count_dangling(self, table: str, raw: pa.Table, model: pa.Table) -> None:
+        import pyarrow.compute as pc
+
+        found: dict[str, int] = {}
+        any_lost = None
+        for raw_column, column in NAME_REFERENCES.get(table, ()):
+            if raw_column not in raw.column_names or column not in model.column_names:
+                continue
+            lost = pc.and_(pc.is_valid(raw.column(raw_column)), pc.is_null(model.column(column)))
+            n = pc.sum(lost).as_py() or 0
+            if n:
+                found[f"{table}.{column}"] = int(n)
+                any_lost = lost if any_lost is None else pc.or_(any_lost, lost)
+        if any_lost is None:
+            return
+        found[table] = int(pc.sum(any_lost).as_py() or 0)
+        with self._lock:
+            self._dangling.update(found)
+
+    def dangling(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._dangling)
 
 
 #: A DuckDB configuration, as ``duckdb.connect(config=...)`` takes it.
@@ -81,7 +117,7 @@ def duckdb_config(export_bytes: int, scratch: Path | None) -> DuckdbConfig:
 
 
 def build_model(
-    export: SqliteExport, parquet_folder: Path | None = None
+    export: SqliteExport, parquet_folder: Path | None = None, notes: BuildNotes | None = None
 ) -> dict[str, pa.Table] | None:
     """Read the source tables the model needs and build the model's tables.
 
@@ -89,8 +125,10 @@ def build_model(
     and None is returned; otherwise the tables come back as Arrow. Either way the sources are
     streamed (see :data:`ROW_LOCAL_SOURCE`), so memory does not grow with the export beyond
     the model that is returned. An OSError while writing propagates, so the caller can fall
-    back to memory.
+    back to memory. What the rows hold that the model cannot (names whose string id is not
+    in ``StringIds``) is counted into *notes*.
     """
+    notes = notes if notes is not None else BuildNotes()
     import pyarrow as pa
 
     scratch = _scratch_folder(parquet_folder)
@@ -111,7 +149,7 @@ def build_model(
             # table's small side tables are registered then, before its first slice is read.
             for table in BUILD_ORDER:
                 context = _LazyContext(db_ready, nvtx_ready if table is NVTX else None)
-                yield _row_local_read(db_ready, export, table, cursors, context)
+                yield _row_local_read(db_ready, export, table, cursors, context, notes)
 
         try:
             with contextlib.closing(export.iter_reads(reads())) as slices:
@@ -305,17 +343,23 @@ def _row_local_read(
     table: ModelTable,
     cursors: _WorkerCursors,
     context: Callable[[], NormalizeContext],
+    notes: BuildNotes,
 ) -> SliceRead:
     """The read that builds *table* slice by slice: through its Arrow normalization (given
     *context*, asked for by each slice's normalization), or through its query, after its
-    side sources are registered in the build's DuckDB."""
+    side sources are registered in the build's DuckDB; each slice's dangling names are
+    counted into *notes*."""
     alias = ROW_LOCAL_SOURCE[table.name]
     (stream,) = [src.resolve(export) for src in table.sources if src.alias == alias]
     if table.arrow is not None:
         arrow = table.arrow
-        return SliceRead(
-            stream.table, stream.columns, stream.with_rowid, lambda raw: arrow(raw, context())
-        )
+
+        def normalize_arrow(raw: pa.Table) -> pa.Table:
+            built = arrow(raw, context())
+            notes.count_dangling(table.name, raw, built)
+            return built
+
+        return SliceRead(stream.table, stream.columns, stream.with_rowid, normalize_arrow)
     for src in _side_sources(table):
         _register_small(db_ready.result().con, export, src)
     query = table.sql(export)
@@ -324,9 +368,11 @@ def _row_local_read(
         cursor = cursors.get()
         cursor.register(alias, raw)
         try:
-            return to_arrow(cursor.sql(query))
+            built = to_arrow(cursor.sql(query))
         finally:
             cursor.unregister(alias)
+        notes.count_dangling(table.name, raw, built)
+        return built
 
     return SliceRead(stream.table, stream.columns, stream.with_rowid, normalize)
 

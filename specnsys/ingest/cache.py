@@ -7,7 +7,10 @@ place, so a reader never sees half an entry and two processes ingesting the same
 both succeed (the second rename loses and its copy is dropped). The manifest records each
 file's size and a digest of its ends (the Parquet footer holds the schema and every row group's
 offsets): an entry damaged since (truncated, emptied, replaced, manifest gone) is not read but
-built again and replaced. Temporary folders whose process is gone (killed) are swept.
+built again and replaced. Damage in the middle of a file shows only when a query reads it:
+the command is then run once more on a rebuilt entry (:func:`unreadable_file`,
+:func:`drop_entry`, :func:`specnsys.ingest.trace.rebuilt_once`). Temporary folders whose
+process is gone (killed) are swept.
 
 The cache root is created private (0700) and used only while it is owned by the user and not
 writable by group or others (a shared root would let another user plant an entry); otherwise,
@@ -284,6 +287,43 @@ def _root_lock(root: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def unreadable_file(folder: Path) -> tuple[str, str] | None:
+    """``(file, why)`` for the first table file of the entry in *folder* that does not read
+    to its end, or None when every one does.
+
+    The manifest's check covers each file's size and ends (the footer), not its middle,
+    where a damaged page shows only when a query decodes it; this reads every page (the
+    data, batch by batch), so it is run only after a read failed (see
+    :func:`specnsys.ingest.trace.rebuilt_once`), never on the warm path."""
+    import pyarrow.parquet as pq
+
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        names = sorted(manifest.get("files") or {})
+    except (OSError, ValueError, AttributeError) as exc:
+        return MANIFEST, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    for name in names:
+        try:
+            with pq.ParquetFile(folder / name) as parquet:
+                for _ in parquet.iter_batches(batch_size=1 << 16):
+                    pass
+        except Exception as exc:  # noqa: BLE001 - whatever Arrow says, the file does not read
+            return name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+def drop_entry(folder: Path) -> None:
+    """Remove the entry in *folder*, moved aside first under the root's lock (as a repair
+    does, see :func:`_replace_unless_valid`), so that no reader sees half of it and a
+    process reading it keeps its open files."""
+    aside: Path | None = None
+    with contextlib.suppress(OSError), _root_lock(folder.parent):  # best effort: a rebuild
+        aside = Path(tempfile.mkdtemp(prefix=tmp_prefix(".tmp-"), dir=folder.parent))
+        os.rename(folder, aside / "damaged")
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 DERIVED = "derived"

@@ -50,25 +50,34 @@ def duckdb_memory_limit(export_bytes: int, fraction: float, floor: int) -> str:
     return f"{max(limit >> 20, 64)}MB"
 
 
-#: ``$SPECNSYS_MEMORY_LIMIT``: a number and one of DuckDB's units (e.g. ``8GB``, ``512MiB``).
-_MEMORY_LIMIT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(B|[KMGT]i?B)\s*", re.IGNORECASE)
-_MEMORY_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-                 "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}  # fmt: skip
+#: ``$SPECNSYS_MEMORY_LIMIT``: a number and a unit (e.g. ``8GB``, ``512MiB``): DuckDB's units and
+#: PB/PiB, which DuckDB does not take but the range below reaches (the value is handed to
+#: DuckDB in KiB, so every unit here is one DuckDB reads).
+_MEMORY_LIMIT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(B|[KMGTP]i?B)\s*", re.IGNORECASE)
+_MEMORY_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+                 "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+                 "pib": 1 << 50}  # fmt: skip
+#: The sizes accepted, in bytes, and as the message says them: the two must agree.
+MEMORY_LIMIT_RANGE = (10**6, 10**18)
+_RANGE_TEXT = "1MB to 1000PB"
 
 
 def explicit_memory_limit() -> str | None:
     """``$SPECNSYS_MEMORY_LIMIT`` checked, or None when unset. DuckDB reads a bad value as a
     parser error deep in a command ("lots", "1e400") or as no limit at all ("-1GB"): here it is
-    one line naming the variable (exit status 2)."""
+    one line naming the variable (exit status 2). :func:`specnsys.ingest.trace.open_trace` calls
+    this on every run, so that a bad value is refused on a warm cache too (where a command may
+    read stored results and never open DuckDB)."""
     text = os.environ.get("SPECNSYS_MEMORY_LIMIT", "").strip()
     if not text:
         return None
     match = _MEMORY_LIMIT.fullmatch(text)
     amount = float(match[1]) * _MEMORY_UNITS[match[2].lower()] if match else 0
-    if not 10**6 <= amount <= 10**18:
+    low, high = MEMORY_LIMIT_RANGE
+    if not low <= amount <= high:
         raise UsageError(
-            f"SPECNSYS_MEMORY_LIMIT={text!r} is not a memory size from 1MB to 1000PB: give a "
-            "number and a unit in DuckDB's syntax, e.g. 8GB or 512MiB"
+            f"SPECNSYS_MEMORY_LIMIT={text!r} is not a memory size from {_RANGE_TEXT}: give a "
+            "number and a unit (B, KB, MB, GB, TB, PB or KiB ... PiB), e.g. 8GB or 512MiB"
         )
     return f"{int(amount) >> 10}KiB"
 

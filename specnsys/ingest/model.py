@@ -34,7 +34,7 @@ from specnsys.ingest.normalize import (
 from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
 
 #: Bump when the model's tables or columns change, so old caches are not reused.
-MODEL_VERSION = 4  # 4: osrt, cpu_samples
+MODEL_VERSION = 5  # 4: osrt, cpu_samples; 5: text that is no number NULL, summary counts
 
 MODEL_TABLES = (
     "threads",
@@ -447,6 +447,19 @@ BUILD_ORDER = (
 assert set(BUILD_ORDER) == set(MODEL) and len(BUILD_ORDER) == len(MODEL)
 
 STRINGS = SourceRead("raw_strings", "StringIds", (RawColumn("id"), RawColumn("value", "text")))
+
+#: The model columns resolved from ``StringIds``, per table: (the raw id column, the model
+#: column). A row whose id is set but not in ``StringIds`` gets a NULL name; the build counts
+#: them (:class:`specnsys.ingest.build.BuildNotes`), so that the data-quality notes say so
+#: (a kernel "(unnamed)", a range that is no phase, a request that is no request).
+NAME_REFERENCES: dict[str, tuple[tuple[str, str], ...]] = {
+    "threads": (("nameId", "name"),),
+    "nvtx": (("textId", "text"), ("jsonTextId", "json_text")),
+    "runtime": (("nameId", "name"),),
+    "kernels": (("shortName", "short_name"), ("demangledName", "demangled_name")),
+    "graph_nodes": (("nameId", "name"),),
+    "osrt": (("nameId", "name"),),
+}
 
 
 #: The source (by alias) each model table is built from, slice by slice on the reader's

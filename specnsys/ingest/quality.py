@@ -106,7 +106,31 @@ CORE_COLUMNS = {
 
 #: Version of the checks, part of the key of the notes kept in the trace cache: bump it when
 #: a check is added or changed.
-QUALITY_VERSION = 1
+QUALITY_VERSION = 2  # 2: unknown NVTX event types, dangling string ids, inexact values
+
+#: NVTX event types nsys writes that are neither ranges nor marks and carry nothing the
+#: analyses read, besides the definitions of :data:`~specnsys.ingest.normalize.NVTX_KINDS`:
+#: the names of CUDA devices, contexts and streams (97-99, ENUM_NSYS_EVENT_TYPE; see
+#: /work/shared/reference/nsys-sqlite-schema.md). Any other type of kind ``other`` is one the
+#: analyses drop: said, with its count (none of the 37 real exports has one).
+NVTX_NAMING_TYPES = (97, 98, 99)
+_UNKNOWN_TYPES_SHOWN = 5
+
+_UNKNOWN_EVENT_TYPES = f"""
+    SELECT coalesce(CAST(event_type AS VARCHAR), 'NULL') AS type, count(*) AS n FROM nvtx
+    WHERE kind = 'other'
+      AND (event_type IS NULL OR event_type NOT IN ({", ".join(map(str, NVTX_NAMING_TYPES))}))
+    GROUP BY ALL ORDER BY n DESC, type"""
+
+#: What a NULL name does, per model table whose names come from StringIds.
+_UNNAMED = {
+    "nvtx": "ranges and marks without their text are no phase, mark or request",
+    "kernels": "those kernels have no name",
+    "runtime": "those API calls have no name",
+    "threads": "those threads have no name",
+    "graph_nodes": "those graph node events have no name",
+    "osrt": "those OS runtime calls have no name",
+}
 
 
 _KEY = {"version": QUALITY_VERSION, "specnsys": __version__}
@@ -131,7 +155,12 @@ def data_warnings(
     row = con.execute(f"SELECT {selects}").fetchall()[0]
     counts.update(zip(in_sql, row, strict=True))
     found = [text.format(n=counts[name]) for name, (_, text) in _CHECKS.items() if counts[name]]
-    notes = _export_warnings(trace) + found
+    notes = (
+        _export_warnings(trace)
+        + _build_warnings(trace)
+        + _unknown_event_types(trace, con)
+        + found
+    )
     trace.store_derived("data_warnings", _KEY, {"notes": notes})
     return notes
 
@@ -209,6 +238,53 @@ def _launch_counts(trace: Trace) -> dict[str, int] | None:
         "gpu_unlaunched": int(unlaunched.select(pl.len()).collect().item()),
         "shared_correlation": int(shared),
     }
+
+
+def _unknown_event_types(trace: Trace, con: duckdb.DuckDBPyConnection) -> list[str]:
+    """NVTX rows of an event type that is no range, mark or definition: kept in ``nvtx`` (as
+    kind ``other``, with their ``event_type``, so the model keeps every row of the export),
+    but no analysis reads them, so the ranges and marks they might be are lost. The query
+    runs only when the summary counted rows of kind ``other``."""
+    if not trace.summary.nvtx_kinds.get("other"):
+        return []
+    rows = con.execute(_UNKNOWN_EVENT_TYPES).fetchall()
+    total = sum(int(n) for _, n in rows)
+    if not total:
+        return []
+    shown = ", ".join(f"{t}: {n}" for t, n in rows[:_UNKNOWN_TYPES_SHOWN])
+    more = f", {len(rows) - _UNKNOWN_TYPES_SHOWN} more" if len(rows) > _UNKNOWN_TYPES_SHOWN else ""
+    return [
+        f"{total} NVTX event(s) have an event type that is no range, mark or definition "
+        f"(eventType {shown}{more}); kept in nvtx as kind 'other', they are no phase, mark "
+        "or request"
+    ]
+
+
+def _build_warnings(trace: Trace) -> list[str]:
+    """What the build counted in rows the model cannot show as they were (the summary keeps
+    the counts with the cache entry): names whose string id is not in ``StringIds``, per
+    table, and values that are not numbers of their column's type, per column."""
+    found: list[str] = []
+    dangling = trace.summary.dangling_string_ids
+    for table, rows in dangling.items():
+        if "." in table:
+            continue  # a column's count, in its table's sentence
+        detail = ", ".join(
+            f"{key.split('.', 1)[1]}: {n}" for key, n in dangling.items()
+            if key.startswith(f"{table}.")
+        )  # fmt: skip
+        found.append(
+            f"{rows} {table} row(s) refer to string ids that are not in StringIds ({detail}); "
+            f"{_UNNAMED.get(table, 'those names are NULL')}"
+        )
+    for column, n in trace.summary.inexact_values.items():
+        payload = column.startswith("NVTX_EVENTS.") and "Value" in column
+        found.append(
+            f"{n} value(s) of {column} are not numbers (text that holds none, or bytes) in a "
+            "numeric column; read as NULL"
+            + ("; those marks carry no value (a tokens mark counts no token)" if payload else "")
+        )
+    return found
 
 
 def warn_skipped(notes: list[str], path: object) -> None:

@@ -113,6 +113,15 @@ READ_ONLY_TABLE_FUNCTIONS = frozenset(
 #: Scalar functions with an effect beyond their result.
 _DENIED_SCALARS = frozenset({"write_log"})
 
+
+def _creates_tables(parameter: str) -> bool:
+    """Whether a table function's named *parameter* makes it create tables: the CSV readers'
+    ``store_rejects`` and ``rejects_*`` (``rejects_table``, ``rejects_scan``, ...) write the
+    rows they reject into temporary tables, named as the query says (``rejects_table='nvtx'``
+    shadowed the model's ``nvtx`` for the rest of the session)."""
+    name = parameter.lower()
+    return name == "store_rejects" or name.startswith("rejects_")
+
 #: Why a refused statement type is dangerous, for the error message.
 _WHY = {
     "COPY": "it writes or reads files",
@@ -272,10 +281,41 @@ def _check_select(text: str, tokens: list[_Token]) -> None:
             name = function.get("function_name") if isinstance(function, dict) else None
             if not isinstance(name, str) or name.lower() not in READ_ONLY_TABLE_FUNCTIONS:
                 _refuse_call(str(name))
+            for parameter in _named_parameters(function):
+                if _creates_tables(parameter):
+                    _refuse_parameter(str(name), parameter)
         elif node.get("class") == "FUNCTION":
             name = node.get("function_name")
             if not isinstance(name, str) or name.lower() in _DENIED_SCALARS:
                 _refuse_call(str(name))
+
+
+def _named_parameters(function: object) -> Iterator[str]:
+    """The names of a table function call's named parameters in DuckDB's syntax tree:
+    ``name := value`` carries its name, ``name = value`` is an equality whose left side is
+    a bare column reference to the name."""
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    for argument in arguments if isinstance(arguments, list) else []:
+        if not isinstance(argument, dict):
+            continue
+        if isinstance(argument.get("name"), str) and argument["name"]:
+            yield argument["name"]
+            continue
+        expression = argument.get("expression")
+        if not isinstance(expression, dict) or expression.get("type") != "COMPARE_EQUAL":
+            continue
+        left = expression.get("left")
+        if isinstance(left, dict) and left.get("class") == "COLUMN_REF":
+            names = left.get("column_names")
+            if isinstance(names, list) and len(names) == 1:
+                yield str(names[0])
+
+
+def _refuse_parameter(function: str, parameter: str) -> None:
+    raise ReadOnlyQueryError(
+        f"refused {function}(..., {parameter}=...): it stores the rows it rejects in new "
+        f"tables, which would shadow the model's tables; {_RULE}"
+    )
 
 
 def _check_calls_by_tokens(tokens: list[_Token]) -> None:
@@ -287,6 +327,9 @@ def _check_calls_by_tokens(tokens: list[_Token]) -> None:
     (``t(a, b)``) in such a statement is refused too: the price of not knowing.
     """
     catalog = _catalog()
+    for token in tokens:
+        if token.kind in ("identifier", "keyword") and _creates_tables(token.word):
+            _refuse_parameter("a table function", token.word)
     for token, following in zip(tokens, tokens[1:], strict=False):
         if following.text != "(" or token.kind not in ("identifier", "keyword"):
             continue

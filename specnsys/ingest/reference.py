@@ -75,7 +75,8 @@ COLUMN_MEANINGS: dict[str, dict[str, str]] = {
         "end": "end (ns); NULL for marks, definitions and ranges that never ended",
         "duration": "end - start (ns); NULL without an end",
         "kind": "push_pop, start_end, mark, domain_create, domain_destroy, category, "
-        "thread_name or other",
+        "thread_name or other (any other event_type: CUDA object names 97-99, or a type "
+        "specnsys does not know, which a data-quality warning counts)",
         "event_type": "nsys eventType code (59/70 push/pop, 60/71 start/end, 34 mark, ...)",
         "text": "range or mark text: written inline or registered (by string id)",
         "domain_id": "NVTX domain id within the process (0: the default domain)",
@@ -221,6 +222,9 @@ CONVENTIONS: tuple[str, ...] = (
     "the export.",
     "Times are integer nanoseconds on the session clock; pid/tid are decoded from nsys global "
     "ids (pid = (g >> 24) & 0xFFFFFF, tid = g & 0xFFFFFF); names are resolved from StringIds.",
+    "What the export holds that the model cannot is NULL and counted in a data-quality "
+    "warning: a name whose string id is not in StringIds, a value of a numeric column that is "
+    "no number (text that holds none, or bytes; a text holding a number is read as it).",
     "Join GPU work to its launch on correlation_id AND pid (correlation ids repeat across "
     "processes), after dropping runtime rows with is_backtrace.",
     "Query the tables with specnsys sql TRACE \"SELECT ...\" (DuckDB types, as printed) or "

@@ -16,8 +16,11 @@ constants (dropped after the read): the Arrow type never depends on the data. Te
 invalid UTF-8 fails the whole query. Numbers are read as stored; a value of another storage
 class than its column's (text or a real in an integer column: SQLite keeps whatever it was
 given) fails the read, and that slice is read again with every column through an explicit
-``CAST``, which converts it as SQLite does. The ``CAST`` is not in the first read because it
-costs a good part of the read when no value needs it (docs/performance.md#reading-the-export).
+``CAST``, kept only where the value is a number: a text holding a number is read as that
+number, a text that holds none (SQLite's ``CAST`` makes it 0) and bytes are NULL, and counted
+(:meth:`SqliteExport.inexact_values`), so that the data-quality notes can say so.
+The ``CAST`` is not in the first read because it costs a good part of the read when no value
+needs it (docs/performance.md#reading-the-export).
 Each value still costs the reader time, NULL or not, so columns the model only ever coalesces
 are coalesced inside SQLite and read as one (see :class:`RawColumn`).
 
@@ -80,10 +83,16 @@ class RawColumn:
 @dataclass(frozen=True)
 class SliceQuery:
     """One slice's SQL twice: *plain* reads numbers as stored (fast), *cast* converts every
-    column with ``CAST`` (read when *plain* fails on a value of another storage class)."""
+    column with ``CAST`` (read when *plain* fails on a value of another storage class).
+
+    *inexact* (for the reads of whole tables: the model's rows) counts, per numeric column
+    named in *labels*, the slice's values that *cast* read as NULL because they are no
+    number; it runs only after *cast* did."""
 
     plain: str
     cast: str
+    inexact: str | None = None
+    labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,32 @@ _SQL_TYPES: dict[ColumnKind, tuple[str, str]] = {
 }
 
 
+def _is_number(value: str) -> str:
+    """SQL: whether *value* is a number: stored as one, or a text that holds one (``'5'``,
+    ``' 7 '``, ``'5.9'``). A cast has its type's affinity, so the comparison applies numeric
+    affinity to *value*: a text equals its cast only when it is the number itself."""
+    return (
+        f"(typeof({value}) IN ('integer', 'real') OR CAST({value} AS INTEGER) = {value} "
+        f"OR CAST({value} AS REAL) = {value})"
+    )
+
+
+def _exact(value: str, sql_type: str) -> str:
+    """*value* as *sql_type* where it is a number, else NULL.
+
+    SQLite's ``CAST`` reads any text or blob as a number, and one that holds none as 0
+    (``CAST('lots' AS INTEGER)`` is 0): a mark payload stored as text counted as 0 tokens. A
+    number stored as text is read as that number; a real in an integer column is cut to its
+    integer part, as ``CAST`` does (a fraction of a nanosecond); a text that holds no number
+    (``'lots'``, ``'5abc'``) and bytes are NULL, counted by :func:`_inexact_count`."""
+    return f"CASE WHEN {_is_number(value)} THEN CAST({value} AS {sql_type}) END"
+
+
+def _inexact_count(value: str) -> str:
+    """The number of rows whose *value* :func:`_exact` reads as NULL though it is not NULL."""
+    return f"coalesce(sum(({value}) IS NOT NULL AND NOT coalesce({_is_number(value)}, 0)), 0)"
+
+
 def _reason(exc: Exception) -> str:
     if isinstance(exc, UnicodeDecodeError):  # SQLite quoted a damaged schema in its message
         return "malformed database schema (names that are not UTF-8)"
@@ -147,6 +182,8 @@ class SqliteExport:
         # encoded whole, the read-only URI arrives intact (unencoded, ``file:`` is mangled).
         self._connectorx_uri = "sqlite://" + urllib.parse.quote(self._uri, safe="")
         self._lock = threading.Lock()
+        self._inexact: Counter[str] = Counter()
+        self._inexact_lock = threading.Lock()
         try:
             self._con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
             # Names and metadata are whatever bytes were stored (a fuzzed table name crashed
@@ -187,6 +224,13 @@ class SqliteExport:
             cached = [str(row[1]) for row in rows]
             self._tables[table] = cached
         return list(cached)
+
+    def inexact_values(self) -> dict[str, int]:
+        """Per ``TABLE.column`` (source names), the values of a numeric column that the
+        whole-table reads so far found not to be numbers (text that holds none, bytes) and
+        read as NULL (see :func:`_exact`)."""
+        with self._inexact_lock:
+            return dict(self._inexact)
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         """Run a small query (metadata, counts) and return its rows."""
@@ -310,6 +354,8 @@ class SqliteExport:
         cast: list[str] = []
         typed_row: list[str] = []
         schema_fields: list[pa.Field] = []
+        counts: list[str] = []  # per numeric column: its inexact values (see _inexact_count)
+        labels: list[str] = []
         if with_rowid:
             plain.append("rowid AS __rowid")
             cast.append("rowid AS __rowid")
@@ -321,9 +367,16 @@ class SqliteExport:
                 continue
             value = sources[0] if len(sources) == 1 else f"COALESCE({', '.join(sources)})"
             sql_type, constant = _SQL_TYPES[col.kind]
-            converted = f"CAST({value} AS {sql_type}) AS {_quote(col.name)}"
+            if col.kind == "text":
+                converted = f"CAST({value} AS {sql_type}) AS {_quote(col.name)}"
+                plain.append(converted)
+            else:
+                converted = f"{_exact(value, sql_type)} AS {_quote(col.name)}"
+                plain.append(f"{value} AS {_quote(col.name)}")
+                counts.append(_inexact_count(value))
+                present_sources = [n for n in col.sources() if n in present]
+                labels.append(f"{table}.{'/'.join(present_sources)}")
             cast.append(converted)
-            plain.append(converted if col.kind == "text" else f"{value} AS {_quote(col.name)}")
             typed_row.append(f"{constant} AS {_quote(col.name)}")  # names come from here
             schema_fields.append(pa.field(col.name, _raw_arrow_type(col.kind)))
         schema = pa.schema(schema_fields)
@@ -338,7 +391,16 @@ class SqliteExport:
             )
 
         def both(rowids: str = "") -> SliceQuery:
-            return SliceQuery(query(plain, rowids), query(cast, rowids))
+            # only whole-table reads count: a filtered read of rows the model reads again
+            # (NVTX definitions, ranges) would count them twice
+            inexact = (
+                f"SELECT {', '.join(counts)} FROM {_quote(table)} WHERE 1{rowids}"
+                if counts and where is None
+                else None
+            )
+            return SliceQuery(
+                query(plain, rowids), query(cast, rowids), inexact, tuple(labels) if inexact else ()
+            )
 
         # Two subqueries, each a single B-tree seek: SQLite's min/max optimization applies only
         # to a query with one aggregate, and ``SELECT min(rowid), max(rowid)`` scans the whole
@@ -375,6 +437,7 @@ class SqliteExport:
             except Exception as exc:  # connectorx raises RuntimeError, parsers their own errors
                 message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise BadInputError(f"{self.path}: unreadable SQLite data: {message}") from None
+            self._count_inexact(query)
         table = table.slice(1)  # the typed row of constants
         if table.num_rows == 0:
             return _empty_table(schema)
@@ -382,6 +445,17 @@ class SqliteExport:
             return table.cast(schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise BadInputError(f"{self.path}: unexpected column types: {exc}") from None
+
+
+    def _count_inexact(self, query: SliceQuery) -> None:
+        """Add the slice's values that the converting read turned into NULL to the counts."""
+        if query.inexact is None:
+            return
+        found = self._query(query.inexact)[0]
+        with self._inexact_lock:
+            for label, n in zip(query.labels, found, strict=True):
+                if n:
+                    self._inexact[label] += int(n)
 
 
 def _empty_table(schema: pa.Schema) -> pa.Table:

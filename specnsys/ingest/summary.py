@@ -47,6 +47,11 @@ class TraceSummary:
     nvtx_domains: list[str]
     processes: list[dict[str, object]]
     capabilities: dict[str, Capability] = field(default_factory=dict)
+    #: Rows whose name's string id is not in ``StringIds``, per model ``table`` (rows with any)
+    #: and per ``table.column``.
+    dangling_string_ids: dict[str, int] = field(default_factory=dict)
+    #: Values of numeric columns that are no number, read as NULL, per source ``TABLE.column``.
+    inexact_values: dict[str, int] = field(default_factory=dict)
 
     @property
     def span_ns(self) -> int | None:

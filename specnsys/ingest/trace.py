@@ -12,23 +12,25 @@ import shutil
 import tempfile
 import time
 import uuid
+import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import polars as pl
 
-from specnsys.errors import UsageError
+from specnsys.errors import SpecnsysWarning, UsageError
 from specnsys.ingest import cache
 from specnsys.ingest.arrow_values import arrow_frame
-from specnsys.ingest.build import SCRATCH_PREFIX, build_model
+from specnsys.ingest.build import SCRATCH_PREFIX, BuildNotes, build_model
 from specnsys.ingest.input_file import file_identity, require_unchanged, validate_sqlite_file
 from specnsys.ingest.interrupts import interruptible
 from specnsys.ingest.memory_limits import (
     ANALYSIS_MEMORY_FRACTION,
     ANALYSIS_MEMORY_MIN,
     duckdb_memory_limit,
+    explicit_memory_limit,
 )
 from specnsys.ingest.model import MODEL_TABLES
 from specnsys.ingest.nsys_rep import EXPORT_PREFIX, export_report_if_needed
@@ -107,10 +109,16 @@ class Trace:
         """Run one read-only DuckDB statement over the model tables; return the (lazy) relation.
 
         Statements that could write (COPY, ATTACH, CREATE, SET, ...) raise
-        :class:`~specnsys.ingest.readonly_sql.ReadOnlyQueryError`; see that module.
+        :class:`~specnsys.ingest.readonly_sql.ReadOnlyQueryError`; see that module. Temporary
+        tables on the connection (which an earlier statement could only have made by a way
+        the check does not know of, and which would shadow the model's tables) are dropped
+        first, with a warning: the relation runs when it is read, so before the next query
+        is the first time what it made can be seen.
         """
         check_read_only(query)
-        return self.connection.sql(query)
+        con = self.connection
+        _drop_temporary_tables(con, self.path)
+        return con.sql(query)
 
     def table(self, name: str) -> pl.LazyFrame:
         """One model table as a Polars LazyFrame over the same columnar data as ``sql()``."""
@@ -172,6 +180,34 @@ class Trace:
         return f"Trace({str(self.path)!r}, {self.summary.version.label})"
 
 
+def _drop_temporary_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Drop every temporary table of *con*, saying which (see :meth:`Trace.sql`). specnsys
+    itself makes none on a trace's connection: its Arrow tables are registered (temporary
+    views), and users' SQL cannot CREATE."""
+    names = [
+        str(name)
+        for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE temporary ORDER BY table_name"
+        ).fetchall()
+    ]
+    if not names:
+        return
+    for name in names:
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{_quoted(name)}")
+    shadowed = [n for n in names if n in MODEL_TABLES]
+    warnings.warn(
+        f"{path}: an earlier query made temporary table(s) {', '.join(names)}"
+        + (f", which shadowed the model's {', '.join(shadowed)}" if shadowed else "")
+        + "; dropped",
+        SpecnsysWarning,
+        stacklevel=3,
+    )
+
+
+def _quoted(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
 #: Private temporary folders of specnsys processes (DuckDB's spills while analyzing or
 #: building, ``.nsys-rep`` exports read without a cache): ``<prefix><pid>-...``.
 SPILL_PREFIX = "specnsys-spill-"
@@ -215,6 +251,7 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
     not a usable export. The export is opened read-only and never modified.
     """
     started = time.perf_counter()
+    explicit_memory_limit()  # a bad SPECNSYS_MEMORY_LIMIT is refused warm or cold alike
     root = cache.usable_root() if use_cache and not cache.cache_disabled() else None
     sqlite_path, scratch = export_report_if_needed(Path(path), root)
     try:
@@ -246,6 +283,7 @@ def _open_export(sqlite_path: Path, root: Path | None, started: float) -> Trace:
         if folder is not None:
             manifest = cache.load_manifest(folder, key)
             if manifest is not None:
+                _ENTRIES_READ[folder] = sqlite_path  # see rebuilt_once
                 summary = TraceSummary.from_dict(manifest["summary"])
                 return Trace(
                     sqlite_path, summary, parquet_folder=folder, from_cache=True,
@@ -256,11 +294,16 @@ def _open_export(sqlite_path: Path, root: Path | None, started: float) -> Trace:
         if tmp is not None:
             assert folder is not None
             try:
-                build_model(export, tmp)
+                notes = BuildNotes()
+                build_model(export, tmp, notes)
                 with _closed_on_error(analysis_connection(size)) as con:
-                    summary = summarize(
-                        _model_views(con, tmp, None), version, export.tables, list(MODEL_TABLES)
-                    )
+                    summary = _noted(
+                        summarize(
+                            _model_views(con, tmp, None), version, export.tables,
+                            list(MODEL_TABLES),
+                        ),
+                        export, notes,
+                    )  # fmt: skip
                     require_unchanged(sqlite_path, identity)  # never cache a mixed model
                     final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
                     return Trace(
@@ -273,17 +316,110 @@ def _open_export(sqlite_path: Path, root: Path | None, started: float) -> Trace:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)  # bad input (or a bug): no half entry
                 raise
-        tables = build_model(export)
+        notes = BuildNotes()
+        tables = build_model(export, None, notes)
         assert tables is not None
         require_unchanged(sqlite_path, identity)
         with _closed_on_error(analysis_connection(size)) as con:
-            summary = summarize(
-                _model_views(con, None, tables), version, export.tables, list(MODEL_TABLES)
-            )
+            summary = _noted(
+                summarize(
+                    _model_views(con, None, tables), version, export.tables, list(MODEL_TABLES)
+                ),
+                export, notes,
+            )  # fmt: skip
             return Trace(
                 sqlite_path, summary, arrow_tables=tables,
                 open_seconds=time.perf_counter() - started, connection=con,
             )
+
+
+def _noted(summary: TraceSummary, export: SqliteExport, notes: BuildNotes) -> TraceSummary:
+    """*summary* with what the build counted and the model cannot show (dangling string ids,
+    values read as NULL), kept with the cache entry for the data-quality notes."""
+    summary.dangling_string_ids = notes.dangling()
+    summary.inexact_values = export.inexact_values()
+    return summary
+
+
+#: The cache entries this process reused (folder -> the export), since the last
+#: :func:`rebuilt_once` began: where a read failure may come from.
+_ENTRIES_READ: dict[Path, Path] = {}
+
+T = TypeVar("T")
+
+
+def rebuilt_once(run: Callable[[], T], before_retry: Callable[[], None] | None = None) -> T:
+    """``run()``; when it fails as a damaged cache file would make it fail, and an entry it
+    reused does not read to its end, drop that entry and ``run()`` once more, which rebuilds
+    it from the export (calling *before_retry* first; a warning says what happened).
+
+    The manifest's check at open covers a file's ends only (reading whole files would cost
+    every warm run), so damage in the middle of a cached Parquet shows when a query decodes
+    that page: DuckDB, Polars or Arrow fail, and the command blamed its query or exited 3.
+    Only the failures an unreadable file causes are looked into (DuckDB's I/O, invalid-input
+    and bare errors, Polars' compute errors, Arrow's errors and OSError, also as the cause of
+    a specnsys error), and only the entries the failed run reused are read through; when all
+    of them read, the failure is the run's own and propagates unchanged."""
+    _ENTRIES_READ.clear()
+    try:
+        return run()
+    except Exception as exc:
+        damaged = _damaged_entries(exc)
+        if not damaged:
+            raise
+    for folder, _export, _file, _why in damaged:
+        cache.drop_entry(folder)
+    if before_retry is not None:
+        before_retry()
+    for _folder, export, file, why in damaged:
+        warnings.warn(
+            f"{export}: its cache entry was damaged ({file} does not read: {why}); "
+            "built again from the export",
+            SpecnsysWarning,
+            stacklevel=2,
+        )
+    _ENTRIES_READ.clear()
+    return run()
+
+
+def _damaged_entries(exc: BaseException) -> list[tuple[Path, Path, str, str]]:
+    """``(folder, export, file, why)`` of each reused entry that does not read, when *exc*
+    is a failure that an unreadable file causes (else nothing is read)."""
+    if not _ENTRIES_READ or not any(_reads_fail(e) for e in _chain(exc)):
+        return []
+    found = []
+    for folder, export in list(_ENTRIES_READ.items()):
+        unreadable = cache.unreadable_file(folder) if folder.is_dir() else None
+        if unreadable is not None:
+            found.append((folder, export, *unreadable))
+    return found
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """*exc* and its causes and contexts (``raise ... from None`` keeps the context)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _reads_fail(exc: BaseException) -> bool:
+    """Whether *exc* is of a kind a file that does not read raises."""
+    import sys
+
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None and (
+        type(exc) is duckdb.Error
+        or isinstance(exc, (duckdb.IOException, duckdb.InvalidInputException,
+                            duckdb.InternalException))
+    ):  # fmt: skip
+        return True
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(exc, pa.ArrowException):
+        return True
+    return isinstance(exc, (pl.exceptions.ComputeError, OSError))
 
 
 @contextlib.contextmanager
