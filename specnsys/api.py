@@ -199,7 +199,7 @@ def analyze_steps(
     """:func:`analyze` and the run's decode steps (:func:`specnsys.metrics.steps.step_table`:
     duration, batch, proposed/accepted, draft/verify/forward/sample time per step), from one
     opening of the trace: what ``specnsys collect`` keeps per run."""
-    from specnsys.metrics.steps import analysis_steps
+    from specnsys.metrics.analysis import analysis_steps
 
     mapping = resolve_rules(rules)
     with _checked(path, use_cache, mapping) as (trace, notes, context):

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 import specnsys
-from specnsys.metrics.steps import analysis_steps
+from specnsys.metrics.analysis import analysis_steps
 from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES
 

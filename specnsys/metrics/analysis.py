@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from specnsys import __version__
 from specnsys.attribution import builtin_rules, exclusive_phase_times
 from specnsys.attribution.rule_match import choose_pack
@@ -46,7 +48,7 @@ from specnsys.metrics.memory import device_memory
 from specnsys.metrics.os_runtime import os_runtime_calls
 from specnsys.metrics.ranks import ranks_of_analysis
 from specnsys.metrics.requests import distribution, request_latencies
-from specnsys.metrics.steps import step_phase_times, step_table
+from specnsys.metrics.steps import STEP_COLUMNS, step_phase_times, step_table
 from specnsys.metrics.structure import DraftForwards, draft_forwards, structural_warnings
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
 from specnsys.metrics.top_kernels import top_kernels_by_phase
@@ -60,9 +62,10 @@ from specnsys.vocabulary import (
 
 if TYPE_CHECKING:
     from specnsys.attribution.context import AttributionContext
+    from specnsys.attribution.rules import PhaseRules
     from specnsys.ingest import Trace
 
-__all__ = ["ACCELERABLE", "GENERIC", "Analysis", "analyze_trace", "detect_mode"]
+__all__ = ["ACCELERABLE", "GENERIC", "Analysis", "analysis_steps", "analyze_trace", "detect_mode"]
 
 GENERIC = "generic"
 """Mode of a run that is neither a baseline (``forward``) nor speculative (``draft``/``verify``)."""
@@ -624,3 +627,19 @@ def _latency(lat: Any, na: dict[str, str]) -> dict[str, Any]:
     elif out["tpot_ns"]["count"] == 0:
         na["tpot"] = "no request has both a first token time and more than one output token"
     return out
+
+
+def analysis_steps(
+    trace: Trace,
+    analysis: Analysis,
+    rules: PhaseRules | None,
+    context: AttributionContext | None = None,
+) -> pl.DataFrame:
+    """:func:`step_table` of *analysis* (of *trace*, under *rules*: None for the specnsys
+    convention): its process, driver thread, window and step phase."""
+    b = analysis.breakdown
+    if b is None:
+        return pl.DataFrame(schema=STEP_COLUMNS)
+    walls = {name: int(row["wall_ns"]) for name, row in analysis.phases.items()}
+    scope = Scope.of(b, resolve(rules), context)
+    return step_table(trace, scope, step_phase(b.range_counts, walls))

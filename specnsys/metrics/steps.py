@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.attribution.phase_map import mapped_nvtx_sql, phase_ranges_sql
-from specnsys.attribution.timeline import step_phase
-from specnsys.metrics.events import MARKS_WHERE, Scope, resolve
+from specnsys.metrics.events import MARKS_WHERE, Scope
 from specnsys.vocabulary import (
     ACCEPTED_MARK,
     DOMAIN,
@@ -36,16 +35,12 @@ from specnsys.vocabulary import (
 )
 
 if TYPE_CHECKING:
-    from specnsys.attribution.context import AttributionContext
-    from specnsys.attribution.rules import PhaseRules
     from specnsys.ingest import Trace
-    from specnsys.metrics.analysis import Analysis
 
 __all__ = [
     "STEP_COLUMNS",
     "STEP_PARTS",
     "STEP_PHASE_COLUMNS",
-    "analysis_steps",
     "step_phase_times",
     "step_table",
 ]
@@ -178,19 +173,3 @@ def step_phase_times(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFram
     """
     frame: pl.DataFrame = trace.connection.sql(sql, params=prm).pl()
     return frame.select(pl.col(c).cast(t) for c, t in STEP_PHASE_COLUMNS.items())
-
-
-def analysis_steps(
-    trace: Trace,
-    analysis: Analysis,
-    rules: PhaseRules | None,
-    context: AttributionContext | None = None,
-) -> pl.DataFrame:
-    """:func:`step_table` of *analysis* (of *trace*, under *rules*: None for the specnsys
-    convention): its process, driver thread, window and step phase."""
-    b = analysis.breakdown
-    if b is None:
-        return pl.DataFrame(schema=STEP_COLUMNS)
-    walls = {name: int(row["wall_ns"]) for name, row in analysis.phases.items()}
-    scope = Scope.of(b, resolve(rules), context)
-    return step_table(trace, scope, step_phase(b.range_counts, walls))

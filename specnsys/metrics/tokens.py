@@ -144,8 +144,8 @@ def from_forward_steps(trace: Trace, scope: Scope, first: int) -> int | None:
            (SELECT count(*) FROM fwd JOIN req
               ON req.s <= fwd.s AND (req.e IS NULL OR req.e >= fwd.e))
     """
-    row = trace.connection.execute(sql, scope.params()).fetchone()
-    forwards, requests, open_steps = row if row is not None else (0, 0, 0)
+    rows = trace.connection.execute(sql, scope.params()).fetchall()  # all: DuckDB refuses
+    forwards, requests, open_steps = rows[0] if rows else (0, 0, 0)  # work beside a result left
     if not forwards or not requests:
         return None
     return int(open_steps) + first

@@ -64,6 +64,7 @@ HEADLINE_TYPES: dict[str, pl.DataType] = {
     "window_ns": pl.Int64(),
     "window_source": pl.String(),
     "window_of": pl.String(),
+    "window_rule": pl.String(),
     "tokens": pl.Int64(),
     "tokens_source": pl.String(),
     "steps": pl.Int64(),
