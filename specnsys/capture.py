@@ -80,6 +80,40 @@ class CaptureResult:
     seconds: float
 
 
+#: The switch each engine needs before it emits the NVTX scopes its rule pack maps, as its
+#: source reads it (the packs' headers cite the files): vLLM's worker scopes
+#: (vllm/v1/utils.py record_function_or_nullcontext), SGLang's scheduler stages
+#: (python/sglang/srt/utils/nvtx_utils.py; the older name too), TensorRT-LLM's LLM-API ranges
+#: (tensorrt_llm/_utils.py nvtx_range_debug; its executor ranges are always on).
+ENGINE_NVTX_SWITCHES: dict[str, str] = {
+    "VLLM_NVTX_SCOPES_FOR_PROFILING": "1",
+    "SGLANG_ENABLE_NVTX_SCHEDULER": "1",
+    "SGLANG_ENABLE_NVTX": "1",
+    "TLLM_LLMAPI_ENABLE_NVTX": "1",
+}
+#: A command that runs one of these engines (a word of its command line) is told about them.
+_ENGINE_WORDS = re.compile(r"(?i)(vllm|sglang|tensorrt_llm|trtllm|trt-llm)")
+
+
+def engine_switches(
+    env: Mapping[str, str], command: Sequence[str]
+) -> tuple[dict[str, str], str | None]:
+    """*env* with :data:`ENGINE_NVTX_SWITCHES` set where the user has not set them (their own
+    value wins), and the one line that says so when *command* names an engine (else None:
+    a program that is no engine ignores the variables)."""
+    result = dict(env)
+    added = [k for k in ENGINE_NVTX_SWITCHES if k not in result]
+    result.update({k: ENGINE_NVTX_SWITCHES[k] for k in added})
+    if not added or not any(_ENGINE_WORDS.search(word) for word in command):
+        return result, None
+    kept = [k for k in ENGINE_NVTX_SWITCHES if k not in added]
+    own = f"; kept your {', '.join(kept)}" if kept else ""
+    return result, (
+        f"set {', '.join(f'{k}=1' for k in added)} for the capture (the engines' NVTX scopes "
+        f"that the vllm/sglang/trtllm rule packs read){own}"
+    )
+
+
 def default_trace_kinds() -> str:
     """``cuda,nvtx,osrt`` where an NVIDIA device node exists, else ``nvtx,osrt``."""
     return "cuda,nvtx,osrt" if Path("/dev/nvidia0").exists() else "nvtx,osrt"
@@ -117,6 +151,9 @@ def profile(
     base = _base_name(Path(output))
     nsys_args = (nsys, trace or default_trace_kinds(), tuple(extra_args), tuple(command))
     started = time.perf_counter()
+    env, engines = engine_switches(os.environ if env is None else env, command)
+    if engines is not None and echo:
+        print(f"specnsys: {engines}", file=sys.stderr, flush=True)
     capture = _Capture(base, env, echo)
     with _interrupts_on_termination():
         try:
