@@ -44,6 +44,7 @@ from specnsys.metrics.acceptance import acceptance_stats
 from specnsys.metrics.bandwidth import memory_bandwidth
 from specnsys.metrics.distributions import step_distributions
 from specnsys.metrics.events import Scope, resolve
+from specnsys.metrics.findings import findings_of
 from specnsys.metrics.memory import device_memory
 from specnsys.metrics.os_runtime import os_runtime_calls
 from specnsys.metrics.ranks import ranks_of_analysis
@@ -89,7 +90,7 @@ _MISSING_EVERYTHING = (
 # run, specnsys.metrics.ranks); 5: kernel categories per phase; 7: os_runtime, window_source
 # and windows of OS runtime calls or CPU samples alone; 8: one draft forward from the draft
 # forwards a step ran (draft_forwards_per_step), nesting, structural warnings; 9: --window,
-# step_distributions
+# step_distributions, findings
 ANALYSIS_VERSION = 9
 
 
@@ -148,6 +149,9 @@ class Analysis:
     nesting: dict[str, Any] | None = None
     """The nesting facts of the driver thread (:func:`specnsys.attribution.nesting.
     nesting_facts`): ranges a role reassigned, draft leaves, structural errors."""
+    findings: dict[str, Any] | None = None
+    """GPU idle per phase by cause and the expert-rule findings
+    (:mod:`specnsys.metrics.findings`); None without GPU activity."""
     step_distributions: dict[str, Any] | None = None
     """Per decode step: each phase's time and the time per output token, as count, mean,
     p50/p90/p99 and max (:mod:`specnsys.metrics.distributions`)."""
@@ -226,6 +230,7 @@ class Analysis:
             "gpu": self.gpu,
             "gpu_time": self.gpu_time,
             "top_kernels": self.top_kernels,
+            "findings": self.findings,
             "os_runtime": self.os_runtime,
             "not_available": dict(self.not_available),
             "warnings": list(self.warnings),
@@ -531,6 +536,18 @@ def _analyze(
     if top_reason:
         na["top_kernels"] = top_reason
 
+    # why the GPU is idle inside each phase, and what the expert rules find
+    findings = (
+        findings_of(trace, scope, {
+            name: {k_: int(row[k_] or 0) for k_ in ("wall_ns", "gpu_busy_ns", "cpu_inclusive_ns")}
+            for name, row in phases.items()
+        })
+        if gpu
+        else None
+    )
+    if findings is None:
+        na["findings"] = caps["gpu_activity"].reason
+
     # what the CPU threads did outside CUDA (the only timed events of a CPU-only capture)
     osrt, osrt_reason = os_runtime_calls(trace, b.pid, (b.window_start_ns, b.window_end_ns))
     if osrt_reason:
@@ -576,6 +593,7 @@ def _analyze(
         gpu=gpu,
         gpu_time=gpu_time,
         top_kernels=top,
+        findings=findings,
         os_runtime=osrt,
         window_source=b.window_source,
         window_rule=b.window_rule,

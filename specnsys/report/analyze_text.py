@@ -232,6 +232,22 @@ def _latency(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _findings(d: dict[str, Any], limit: int = 5) -> list[str]:
+    """The expert-rule findings, largest first, with what each would give if removed."""
+    f = d.get("findings")
+    if not f or not f["findings"]:
+        return []
+    lines = ["findings inside the steps (time; share of its phase; run speedup without it):"]
+    for item in f["findings"][:limit]:
+        lines.append(
+            f"  {_ms(item['time_ns']):>10} ms {_pct(item['share_of_phase']):>7}  "
+            f"{_x(_finite(item['speedup_if_removed']))}  {item['text']}"
+        )
+    if len(f["findings"]) > limit:
+        lines.append(f"  ({len(f['findings']) - limit} more: --json lists all)")
+    return lines
+
+
 def _step_tails(d: dict[str, Any]) -> list[str]:
     """Per decode step: the step, the time per output token and each phase, with their tails."""
     dist = d.get("step_distributions")
@@ -503,8 +519,8 @@ def render_analysis_text(d: dict[str, Any]) -> str:
         *_phase_table(d),
     ]
     for block in (
-        _ranks(d), _acceptance(d), _top_kernels(d), _latency(d), _step_tails(d), _bandwidth(d),
-        _memory(d),
+        _ranks(d), _acceptance(d), _findings(d), _top_kernels(d), _latency(d), _step_tails(d),
+        _bandwidth(d), _memory(d),
     ):
         if block:
             lines += ["", *block]
@@ -524,7 +540,10 @@ def _render_generic_text(d: dict[str, Any]) -> str:
         # no accelerable phase: the table's footnote about them does not apply
         *_phase_table(d, max([16, *(min(len(p), 40) + 2 for p in d["phases"])]), 40)[:-1],
     ]
-    blocks = (_ranks(d), _top_kernels(d), _os_runtime(d), _latency(d), _bandwidth(d), _memory(d))
+    blocks = (
+        _ranks(d), _findings(d), _top_kernels(d), _os_runtime(d), _latency(d), _bandwidth(d),
+        _memory(d),
+    )
     for block in blocks:
         if block:
             lines += ["", *block]

@@ -453,9 +453,45 @@ def _analysis_block(label: str, a: Mapping[str, Any]) -> str:
         + _table(["metric", "value"], summary)
         + _table(["phase", "exclusive ms", "share of window", "GPU busy ms"], rows, classes)
         + "</div>"
+        + _findings_block(a)
+        + _step_tails_block(a)
         + _os_runtime_block(a)
         + _processes_block(a.get("ranks"), a.get("pid"))
     )
+
+
+def _findings_block(a: Mapping[str, Any], limit: int = 10) -> str:
+    """The expert-rule findings inside the steps (metrics/findings.py), largest first."""
+    found = (a.get("findings") or {}).get("findings") or []
+    if not found:
+        return ""
+    rows = [
+        [_e(f["kind"]), _phase(f["phase"]), _e(f["text"]), _ms(f["time_ns"]),
+         _pct(f["share_of_phase"]), _x(f["speedup_if_removed"])]
+        for f in found[:limit]
+    ]  # fmt: skip
+    return "<p>Findings inside the steps:</p>" + _table(
+        ["finding", "phase", "what", "ms", "share of phase", "run speedup without it"],
+        rows, left=3,
+    )  # fmt: skip
+
+
+def _step_tails_block(a: Mapping[str, Any]) -> str:
+    """Per decode step: the step, the time per output token and each phase, with tails."""
+    dist = a.get("step_distributions")
+    if not dist:
+        return ""
+    rows = [["step", *_spread(dist["step_ns"])]]
+    if dist.get("ns_per_token"):
+        rows.append(["per output token", *_spread(dist["ns_per_token"])])
+    rows += [[_phase(name), *_spread(s)] for name, s in dist["phases"].items()]
+    return f"<p>Per decode step, ms ({_e(dist['of'])}):</p>" + _table(
+        ["", "n", "p50", "p90", "p99", "max"], rows
+    )
+
+
+def _spread(s: Mapping[str, Any]) -> list[str]:
+    return [_num(s["count"], ","), *(_ms(s[q]) for q in ("p50", "p90", "p99", "max"))]
 
 
 def _os_runtime_block(a: Mapping[str, Any], limit: int = 10) -> str:

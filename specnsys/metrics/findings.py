@@ -1,0 +1,374 @@
+"""What is wrong inside a step: why a phase's GPU is idle, and the expert-rule findings.
+
+The phase breakdown says how long each phase took; users act on *why*. Over the window, for
+the analysed process (docs/design.md#findings):
+
+**GPU idle inside each phase.** Every instant the process's GPU runs nothing belongs, as in
+the breakdown, to the innermost phase open on the driver thread; it is split by what the
+host was doing:
+
+* ``dependency_ns`` -- work was already submitted but had not started (its launch call had
+  returned and the op was still queued: it waits on another stream, an event or a copy);
+* ``sync_wait_ns`` -- nothing queued, and a synchronizing API call (``*Synchronize``) was in
+  flight on a thread of the process: the host waits for the device instead of feeding it;
+  per call name in ``sync_calls``;
+* ``host_wait_ns`` -- nothing queued and no synchronization: the host had not submitted the
+  next work yet, or was still inside the call submitting it (a launch-bound phase).
+
+**Findings**, each with its time, its share of the phase, where it happens and the run's
+speedup if that time went away (``W / (W - x)``), listed when they are at least
+:data:`FLOOR` of the window:
+
+* ``sync_wait``: GPU idle while a named synchronizing call blocks the host;
+* ``launch_bound``: a phase whose GPU work leaves the GPU idle for host waits more than
+  half of the phase's time;
+* ``sync_memcpy``: copies issued by a synchronous ``cudaMemcpy*`` (not ``*Async``): the
+  host time of those calls;
+* ``pageable_memcpy``: copies from or to pageable host memory (a staged, synchronous copy
+  whatever the API): their GPU time;
+* ``launch_storm``: kernels shorter than the call that launched them (at least
+  :data:`STORM_KERNELS` of them, the majority of the phase's kernels): the launch calls'
+  host time (CUDA graphs or fused kernels remove most of it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from specnsys.attribution.context import attribution_context
+from specnsys.attribution.launch import UNANNOTATED
+from specnsys.attribution.phase_map import lookup_phase
+from specnsys.metrics.events import Scope
+from specnsys.results import to_dict
+from specnsys.vocabulary import API_CALL_SQL, LAUNCH_NAME_PATTERN
+
+if TYPE_CHECKING:
+    from specnsys.attribution.phase_map import PhaseIndex
+    from specnsys.ingest import Trace
+
+__all__ = ["FLOOR", "Finding", "IdleSplit", "findings_of"]
+
+#: Smallest finding listed, as a share of the window.
+FLOOR = 0.005
+#: Fewest too-short kernels of one phase that make a launch storm.
+STORM_KERNELS = 32
+#: A synchronizing API call: the host blocks until the device (or a stream/event) is done.
+SYNC_CALL_PATTERN = r"(?i)synchronize"
+#: A copy call (``cudaMemcpy``, ``cuMemcpyDtoH_v2``...); those matching
+#: :data:`ASYNC_PATTERN` too do not block the host.
+MEMCPY_CALL_PATTERN = r"(?i)^(cuda|cu)memcpy"
+ASYNC_PATTERN = r"(?i)async"
+
+_I64 = pl.Int64
+
+
+@dataclass(frozen=True)
+class IdleSplit:
+    """GPU idle time of one phase (ns) and what the host did meanwhile (module docs)."""
+
+    idle_ns: int
+    host_wait_ns: int
+    sync_wait_ns: int
+    dependency_ns: int
+    sync_calls: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding: its ``kind``, ``phase``, ``what`` (API call or kernel, when one), the
+    time it costs (``time_ns``), that time as a share of the phase (of the phase's figure
+    ``share_of_phase_of`` names: ``wall_ns`` for GPU idle time, ``gpu_busy_ns`` for copy time,
+    ``cpu_inclusive_ns`` for host call time; None where that figure is 0 or smaller than
+    the time, e.g. calls on another thread than the phase's ranges) and of the window, how
+    often it happens (``count``) and the run's speedup without that time."""
+
+    kind: str
+    phase: str
+    what: str | None
+    time_ns: int
+    share_of_phase: float | None
+    share_of_phase_of: str
+    share_of_window: float
+    count: int
+    speedup_if_removed: float
+    text: str
+
+
+def _ops(trace: Trace, scope: Scope) -> pl.DataFrame:
+    """The process's GPU ops overlapping the window, with their launching call (the
+    earliest API call of the id, as launch attribution takes it)."""
+    sql = f"""
+    WITH ops AS (
+        SELECT 'kernel' AS kind, start, "end", correlation_id AS c, short_name AS name,
+               NULL::VARCHAR AS src, NULL::VARCHAR AS dst, NULL::BIGINT AS bytes
+        FROM kernels WHERE pid = $pid
+        UNION ALL SELECT 'memcpy', start, "end", correlation_id, copy_kind_name, src_kind,
+               dst_kind, bytes FROM memcpy WHERE pid = $pid
+        UNION ALL SELECT 'memset', start, "end", correlation_id, NULL, NULL, NULL, bytes
+        FROM memset WHERE pid = $pid
+        UNION ALL SELECT 'graph', start, "end", correlation_id, NULL, NULL, NULL, NULL
+        FROM graphs WHERE pid = $pid
+    ),
+    calls AS (
+        SELECT correlation_id AS c, min(start) AS api_start,
+               arg_min("end", start) AS api_end, arg_min(name, start) AS api_name,
+               arg_min(global_tid, start) AS api_gtid
+        FROM runtime WHERE pid = $pid AND {API_CALL_SQL} AND correlation_id IS NOT NULL
+        GROUP BY 1
+    )
+    SELECT o.kind, o.start, o."end", o.name, o.src, o.dst, o.bytes,
+           c.api_start, c.api_end, c.api_name, c.api_gtid
+    FROM ops o LEFT JOIN calls c USING (c)
+    WHERE o."end" > $ws AND o.start < $we AND o."end" > o.start
+    """
+    frame: pl.DataFrame = trace.connection.sql(sql, params=_params(scope)).pl()
+    return frame
+
+
+def _sync_calls(trace: Trace, scope: Scope) -> pl.DataFrame:
+    sql = f"""SELECT start, "end", name FROM runtime
+        WHERE pid = $pid AND {API_CALL_SQL} AND regexp_matches(name, '{SYNC_CALL_PATTERN}')
+          AND "end" > $ws AND start < $we AND "end" > start ORDER BY start"""
+    frame: pl.DataFrame = trace.connection.sql(sql, params=_params(scope)).pl()
+    return frame
+
+
+def _params(scope: Scope) -> dict[str, object]:
+    return {"pid": scope.pid, "ws": scope.start_ns, "we": scope.end_ns}
+
+
+def _bounds(frame: pl.DataFrame, s: str, e: str, delta: str, ws: int, we: int) -> pl.DataFrame:
+    """+1 at each interval's start and -1 at its end, in column *delta* (clipped to the
+    window; empty intervals dropped)."""
+    clipped = frame.select(
+        pl.max_horizontal(pl.col(s), pl.lit(ws)).cast(_I64).alias("a"),
+        pl.min_horizontal(pl.col(e), pl.lit(we)).cast(_I64).alias("b"),
+    ).filter(pl.col("a") < pl.col("b"))
+    zero = {d: pl.lit(0, pl.Int32) for d in ("db", "dp", "ds") if d != delta}
+    return pl.concat([
+        clipped.select(pl.col("a").alias("t"), pl.lit(1, pl.Int32).alias(delta), **zero),
+        clipped.select(pl.col("b").alias("t"), pl.lit(-1, pl.Int32).alias(delta), **zero),
+    ]).select("t", "db", "dp", "ds")  # fmt: skip
+
+
+def _idle_segments(
+    ops: pl.DataFrame, syncs: pl.DataFrame, driver_times: pl.Series, ws: int, we: int
+) -> pl.DataFrame:
+    """Elementary segments ``t, len`` of the window where the GPU is idle, with ``cls``
+    (dependency, sync or host), from one sorted sweep of every boundary."""
+    # submitted (its launch call returned) but not started: it waits on something else
+    pending = ops.filter(pl.col("api_end").is_not_null() & (pl.col("api_end") < pl.col("start")))
+    marks = pl.DataFrame(
+        {"t": [ws, we, *driver_times.filter((driver_times > ws) & (driver_times < we))]},
+        schema={"t": _I64},
+    ).with_columns(pl.lit(0, pl.Int32).alias(d) for d in ("db", "dp", "ds"))
+    bounds = pl.concat([
+        _bounds(ops, "start", "end", "db", ws, we),
+        _bounds(pending, "api_end", "start", "dp", ws, we),
+        _bounds(syncs, "start", "end", "ds", ws, we),
+        marks,
+    ])  # fmt: skip
+    last = (pl.col("t") != pl.col("t").shift(-1)).fill_null(True)
+    seg = (
+        bounds.sort("t")
+        .with_columns(pl.col(d).cum_sum() for d in ("db", "dp", "ds"))
+        .filter(last)
+        .with_columns((pl.col("t").shift(-1) - pl.col("t")).fill_null(0).alias("len"))
+        .filter((pl.col("len") > 0) & (pl.col("db") == 0) & (pl.col("t") >= ws) & (pl.col("t") < we))
+    )
+    return seg.select(
+        "t",
+        "len",
+        pl.when(pl.col("dp") > 0).then(pl.lit("dependency"))
+        .when(pl.col("ds") > 0).then(pl.lit("sync"))
+        .otherwise(pl.lit("host")).alias("cls"),
+    )  # fmt: skip
+
+
+def idle_by_phase(
+    trace: Trace, scope: Scope, index: PhaseIndex
+) -> tuple[dict[str, IdleSplit], pl.DataFrame]:
+    """Per phase, its GPU idle time split by cause (module docs), and the process's ops."""
+    ops = _ops(trace, scope)
+    syncs = _sync_calls(trace, scope)
+    points = index.change_points.filter(pl.col("gtid") == scope.driver_gtid)
+    seg = _idle_segments(ops, syncs, points["t"], scope.start_ns, scope.end_ns)
+    seg = lookup_phase(seg, points, t="t", gtid=None).with_columns(
+        pl.col("phase").cast(pl.String).fill_null(UNANNOTATED)
+    )
+    named = seg.filter(pl.col("cls") == "sync").sort("t").join_asof(
+        syncs.select(pl.col("start").cast(_I64), pl.col("end").alias("_until"), "name").sort("start"),
+        left_on="t", right_on="start", strategy="backward",
+    ).filter(pl.col("t") < pl.col("_until"))  # fmt: skip
+    by_call = named.group_by("phase", "name").agg(pl.col("len").sum())
+    totals = seg.group_by("phase", "cls").agg(pl.col("len").sum())
+    split: dict[str, IdleSplit] = {}
+    for phase in sorted(totals["phase"].unique().to_list()):
+        mine = dict(totals.filter(pl.col("phase") == phase).select("cls", "len").iter_rows())
+        calls = by_call.filter(pl.col("phase") == phase).sort("len", descending=True)
+        split[phase] = IdleSplit(
+            idle_ns=int(sum(mine.values())),
+            host_wait_ns=int(mine.get("host", 0)),
+            sync_wait_ns=int(mine.get("sync", 0)),
+            dependency_ns=int(mine.get("dependency", 0)),
+            sync_calls={str(n): int(v) for n, v in calls.select("name", "len").iter_rows()},
+        )
+    return split, ops
+
+
+#: Which figure of its phase each kind of finding is a share of (see :class:`Finding`).
+SHARE_OF = {
+    "sync_wait": "wall_ns",
+    "launch_bound": "wall_ns",
+    "pageable_memcpy": "gpu_busy_ns",
+    "sync_memcpy": "cpu_inclusive_ns",
+    "launch_storm": "cpu_inclusive_ns",
+}
+
+
+def _finding(
+    kind: str, phase: str, what: str | None, time_ns: int, count: int, text: str,
+    figures: dict[str, dict[str, int]], window: int,
+) -> Finding:  # fmt: skip
+    of = SHARE_OF[kind]
+    base = figures.get(phase, {}).get(of, 0)
+    rest = window - time_ns
+    return Finding(
+        kind, phase, what, time_ns, time_ns / base if base >= time_ns > 0 else None, of,
+        time_ns / window, count, window / rest if rest > 0 else float("inf"), text,
+    )  # fmt: skip
+
+
+def _op_phases(ops: pl.DataFrame, points: pl.DataFrame) -> pl.DataFrame:
+    """*ops* with the phase of their launching call (the innermost phase on its thread)."""
+    launched = ops.filter(pl.col("api_start").is_not_null())
+    return lookup_phase(
+        launched.rename({"api_gtid": "gtid_"}), points, t="api_start", gtid="gtid_"
+    ).with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))
+
+
+def findings_of(trace: Trace, scope: Scope, figures: dict[str, dict[str, int]]) -> dict[str, object]:
+    """The idle split per phase and the findings of the window (module docs), as JSON:
+    ``idle_by_phase``, ``findings`` (largest first), ``floor`` and what shares are of.
+    *figures*: per phase its ``wall_ns``, ``gpu_busy_ns`` and ``cpu_inclusive_ns``."""
+    with attribution_context(trace, scope.rules, scope.context) as shared:
+        return _findings(trace, scope, shared.phase_index(), figures)
+
+
+def _findings(
+    trace: Trace, scope: Scope, index: PhaseIndex, figures: dict[str, dict[str, int]]
+) -> dict[str, object]:
+    window = scope.end_ns - scope.start_ns
+    split, ops = idle_by_phase(trace, scope, index)
+    floor = FLOOR * window
+    found: list[Finding] = []
+    launching = _gpu_phases(ops, index)
+    for phase, s in split.items():
+        for name, ns in s.sync_calls.items():
+            if ns >= floor:
+                found.append(_finding(
+                    "sync_wait", phase, name, ns, 1,
+                    f"GPU idle {ns / 1e6:.3f} ms in {phase} while {name} blocks the host",
+                    figures, window,
+                ))  # fmt: skip
+        wall = figures.get(phase, {}).get("wall_ns", 0)
+        busy_phase = phase in launching
+        if busy_phase and s.host_wait_ns >= floor and wall and s.host_wait_ns > wall / 2:
+            found.append(_finding(
+                "launch_bound", phase, None, s.host_wait_ns, 1,
+                f"{phase} leaves the GPU idle {s.host_wait_ns / wall:.0%} of its time with nothing "
+                "queued: launch-bound (fewer, larger or graph-captured launches)",
+                figures, window,
+            ))  # fmt: skip
+    span = (scope.start_ns, scope.end_ns)
+    found += _copy_findings(ops, index, figures, span, floor)
+    found += _storm_findings(ops, index, figures, span, floor)
+    found.sort(key=lambda f: (-f.time_ns, f.kind, f.phase))
+    return {
+        "idle_by_phase": {p: to_dict(s) for p, s in split.items()},
+        "findings": [to_dict(f) for f in found],
+        "floor": FLOOR,
+        "shares_of": "share_of_phase: of the phase's figure share_of_phase_of names; "
+        "share_of_window: of window_ns",
+    }
+
+
+def _gpu_phases(ops: pl.DataFrame, index: PhaseIndex) -> set[str]:
+    return set(_op_phases(ops, index.change_points)["phase"].unique().to_list())
+
+
+def _clipped(s: str, e: str, window_of: tuple[int, int]) -> pl.Expr:
+    """The part of ``[s, e)`` inside the window (0 when outside)."""
+    ws, we = window_of
+    span = pl.min_horizontal(pl.col(e), pl.lit(we)) - pl.max_horizontal(pl.col(s), pl.lit(ws))
+    return pl.max_horizontal(span, pl.lit(0))
+
+
+def _copy_findings(
+    ops: pl.DataFrame, index: PhaseIndex, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
+    floor: float,
+) -> list[Finding]:  # fmt: skip
+    window = window_of[1] - window_of[0]
+    copies = _op_phases(ops.filter(pl.col("kind") == "memcpy"), index.change_points)
+    out = []
+    sync = (
+        copies.filter(
+            pl.col("api_name").str.contains(MEMCPY_CALL_PATTERN)
+            & ~pl.col("api_name").str.contains(ASYNC_PATTERN)
+        )
+        .group_by("phase", "api_name")
+        .agg(pl.len().alias("n"), _clipped("api_start", "api_end", window_of).sum().alias("ns"))
+    )
+    for phase, name, n, ns in sync.iter_rows():
+        if ns >= floor:
+            out.append(_finding(
+                "sync_memcpy", phase, name, int(ns), int(n),
+                f"{n} synchronous {name} calls in {phase} block the host {ns / 1e6:.3f} ms "
+                "(cudaMemcpyAsync on a pinned buffer overlaps them)",
+                figures, window,
+            ))  # fmt: skip
+    pageable = (
+        copies.filter((pl.col("src") == "pageable") | (pl.col("dst") == "pageable"))
+        .group_by("phase")
+        .agg(pl.len().alias("n"), _clipped("start", "end", window_of).sum().alias("ns"),
+             pl.col("bytes").sum().alias("bytes"))
+    )  # fmt: skip
+    for phase, n, ns, nbytes in pageable.iter_rows():
+        if ns >= floor:
+            out.append(_finding(
+                "pageable_memcpy", phase, None, int(ns), int(n),
+                f"{n} copies of pageable host memory in {phase} ({(nbytes or 0) / 1e6:.1f} MB, "
+                f"{ns / 1e6:.3f} ms of GPU time): staged and synchronous; pin the buffer",
+                figures, window,
+            ))  # fmt: skip
+    return out
+
+
+def _storm_findings(
+    ops: pl.DataFrame, index: PhaseIndex, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
+    floor: float,
+) -> list[Finding]:  # fmt: skip
+    window = window_of[1] - window_of[0]
+    kernels = _op_phases(
+        ops.filter((pl.col("kind") == "kernel") & pl.col("api_name").str.contains(LAUNCH_NAME_PATTERN)),
+        index.change_points,
+    )  # fmt: skip
+    short = (pl.col("end") - pl.col("start")) < (pl.col("api_end") - pl.col("api_start"))
+    storms = kernels.group_by("phase").agg(
+        pl.len().alias("kernels"),
+        short.sum().alias("short"),
+        _clipped("api_start", "api_end", window_of).filter(short).sum().alias("launch_ns"),
+    )
+    out = []
+    for phase, total, n, ns in storms.iter_rows():
+        if n >= STORM_KERNELS and n * 2 > total and (ns or 0) >= floor:
+            out.append(_finding(
+                "launch_storm", phase, None, int(ns), int(n),
+                f"{n} of {phase}'s {total} kernels run shorter than their launch: "
+                f"{ns / 1e6:.3f} ms of launch calls (CUDA graphs or fused kernels)",
+                figures, window,
+            ))  # fmt: skip
+    return out

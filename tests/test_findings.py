@@ -1,0 +1,173 @@
+"""Issue 34, item 4: what is wrong inside a step (GPU idle by cause, expert-rule findings).
+
+A built decode step holds one known cause per phase: a launch-bound draft (ten short
+kernels, the GPU idle between them with nothing queued), a ``cudaStreamSynchronize`` in
+sample that blocks the host while the GPU is idle, a pageable host copy in kv, and (in a
+second loop) a storm of kernels shorter than their launches. Each finding is named with its
+exact time; a trace without the causes has none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import specnsys
+from specnsys.testing.builder import NsysExportBuilder
+
+WINDOW = 100_000
+
+
+def _step() -> NsysExportBuilder:
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    b.gpu(0)
+    pp = lambda s, e, name: b.push_pop(s, e, name, pid=1, tid=1, domain_id=1)  # noqa: E731
+    b.start_end(0, WINDOW, "request", pid=1, tid=1, domain_id=1)
+    pp(0, WINDOW, "decode")
+    pp(0, 40_000, "draft")  # ten launches of 1 us, each kernel 0.5 us, after the call
+    for i in range(10):
+        t = 2_000 + i * 3_800
+        b.runtime(t, t + 1_000, "cudaLaunchKernel", 100 + i)
+        b.kernel(t + 1_000, t + 1_500, "draft_gemv", 100 + i)
+    pp(40_000, 60_000, "sample")
+    b.runtime(40_000, 40_500, "cudaLaunchKernel", 200)
+    b.kernel(40_500, 45_000, "topk", 200)
+    b.runtime(40_600, 59_000, "cudaStreamSynchronize", 201)
+    pp(60_000, 80_000, "kv")
+    b.runtime(60_500, 61_000, "cudaMemcpyAsync", 300)
+    b.memcpy(61_000, 72_000, 4 << 20, 300, src_kind=0, dst_kind=2)  # pageable -> device
+    return b
+
+
+def _analysis(b: NsysExportBuilder, tmp_path: Path) -> specnsys.Analysis:
+    return specnsys.analyze(b.write(tmp_path / "t.sqlite"))
+
+
+def _by_kind(a: specnsys.Analysis) -> dict[str, dict]:
+    assert a.findings is not None
+    return {f["kind"]: f for f in a.findings["findings"]}
+
+
+def test_each_cause_is_one_finding_with_its_exact_time(tmp_path: Path) -> None:
+    a = _analysis(_step(), tmp_path)
+    found = _by_kind(a)
+    assert set(found) == {"launch_bound", "sync_wait", "pageable_memcpy"}, found
+    draft = found["launch_bound"]
+    assert (draft["phase"], draft["time_ns"]) == ("draft", 40_000 - 10 * 500)
+    assert draft["share_of_phase"] == pytest.approx(35_000 / 40_000)
+    sync = found["sync_wait"]
+    assert (sync["phase"], sync["what"], sync["time_ns"]) == (
+        "sample", "cudaStreamSynchronize", 59_000 - 45_000
+    )  # fmt: skip
+    assert sync["speedup_if_removed"] == pytest.approx(WINDOW / (WINDOW - 14_000))
+    copy = found["pageable_memcpy"]
+    assert (copy["phase"], copy["time_ns"], copy["count"]) == ("kv", 11_000, 1)
+
+
+def test_gpu_idle_is_split_by_what_the_host_did(tmp_path: Path) -> None:
+    a = _analysis(_step(), tmp_path)
+    assert a.findings is not None
+    idle = a.findings["idle_by_phase"]
+    assert idle["draft"] == {
+        "idle_ns": 35_000, "host_wait_ns": 35_000, "sync_wait_ns": 0, "dependency_ns": 0,
+        "sync_calls": {},
+    }  # fmt: skip
+    assert idle["sample"]["sync_wait_ns"] == 14_000
+    assert idle["sample"]["host_wait_ns"] == 500 + 1_000  # the launch call, after the sync
+    assert idle["sample"]["sync_calls"] == {"cudaStreamSynchronize": 14_000}
+    assert idle["kv"]["idle_ns"] == 20_000 - 11_000
+    # every idle nanosecond of the window is in one phase and one class
+    total = sum(v["idle_ns"] for v in idle.values())
+    assert a.gpu_time is not None and total == a.gpu_time["idle_ns"]
+    assert all(
+        v["idle_ns"] == v["host_wait_ns"] + v["sync_wait_ns"] + v["dependency_ns"]
+        for v in idle.values()
+    )
+
+
+def test_work_queued_behind_another_is_a_dependency_gap(tmp_path: Path) -> None:
+    b = _step()
+    # a copy submitted at 81 us (its call returns at 82 us) that starts only at 90 us
+    b.runtime(81_000, 82_000, "cudaMemcpyAsync", 400)
+    b.memcpy(90_000, 91_000, 1024, 400, src_kind=2, dst_kind=2)
+    a = _analysis(b, tmp_path)
+    assert a.findings is not None
+    assert a.findings["idle_by_phase"]["decode"]["dependency_ns"] == 8_000
+
+
+def test_a_launch_storm_and_a_synchronous_copy(tmp_path: Path) -> None:
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    b.gpu(0)
+    b.start_end(0, 50_000, "request", pid=1, tid=1, domain_id=1)
+    b.push_pop(0, 50_000, "decode", pid=1, tid=1, domain_id=1)
+    b.push_pop(0, 40_000, "forward", pid=1, tid=1, domain_id=1)
+    for i in range(40):  # each launch 800 ns, its kernel 300 ns
+        t = i * 1_000
+        b.runtime(t, t + 800, "cudaLaunchKernel", 10 + i)
+        b.kernel(t + 500, t + 800, "tiny_elementwise", 10 + i)
+    b.push_pop(40_000, 50_000, "sync", pid=1, tid=1, domain_id=1)
+    b.runtime(40_000, 49_000, "cudaMemcpy", 99)
+    b.memcpy(41_000, 48_000, 64, 99, copy_kind=2, src_kind=2, dst_kind=1)  # DtoH, pinned
+    a = specnsys.analyze(b.write(tmp_path / "storm.sqlite"))
+    found = _by_kind(a)
+    storm = found["launch_storm"]
+    assert (storm["phase"], storm["count"], storm["time_ns"]) == ("forward", 40, 40 * 800)
+    copy = found["sync_memcpy"]
+    assert (copy["phase"], copy["what"], copy["time_ns"]) == ("sync", "cudaMemcpy", 9_000)
+    assert "pageable_memcpy" not in found
+
+
+def test_no_gpu_no_findings_and_the_samples_have_none(tmp_path: Path) -> None:
+    from tests.conftest import SAMPLE_TRACES
+
+    for path in sorted(SAMPLE_TRACES.glob("*.sqlite")):
+        a = specnsys.analyze(path)
+        assert a.findings is None and "findings" in a.not_available, path.name
+
+
+# ------------------------------------------------------------------ the real corpus
+
+CAUSES = {
+    # each finding kind, and the SQL over the raw model that shows its cause is in the trace
+    "sync_wait": "SELECT count(*) FROM runtime WHERE pid = $pid AND name ILIKE '%synchronize%'",
+    "sync_memcpy": "SELECT count(*) FROM runtime WHERE pid = $pid AND name ILIKE '%memcpy%' "
+    "AND name NOT ILIKE '%async%'",
+    "pageable_memcpy": "SELECT count(*) FROM memcpy WHERE pid = $pid AND "
+    "(src_kind = 'pageable' OR dst_kind = 'pageable')",
+    "launch_storm": "SELECT count(*) FROM kernels k JOIN runtime r ON r.pid = k.pid AND "
+    "r.correlation_id = k.correlation_id WHERE k.pid = $pid AND k.duration < r.duration",
+    "launch_bound": "SELECT (SELECT count(*) FROM kernels WHERE pid = $pid) + (SELECT count(*) "
+    "FROM memcpy WHERE pid = $pid) + (SELECT count(*) FROM memset WHERE pid = $pid)",
+}
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_no_finding_on_a_corpus_export_that_does_not_hold_its_cause() -> None:
+    from tests.conftest import corpus_files
+
+    files = corpus_files()
+    if not files:
+        pytest.skip("the real corpus is not here")
+    seen = {}
+    for path in files:
+        try:
+            a = specnsys.analyze(path)
+        except specnsys.BadInputError:
+            continue  # the metadata-only export (tests/test_generic_mode.py)
+        if a.findings is None:
+            continue
+        with specnsys.open(path) as trace:
+            for f in a.findings["findings"]:
+                rows = trace.connection.execute(CAUSES[f["kind"]], {"pid": a.pid}).fetchall()
+                assert rows[0][0] > 0, (path.name, f)
+                assert 0 < f["time_ns"] <= a.window_ns, (path.name, f)
+        seen[path.name] = [f["kind"] for f in a.findings["findings"]]
+    assert seen  # the corpus has GPU exports
