@@ -344,6 +344,8 @@ class _MarkReader:
                 )
             else:
                 for k, n in zip(proposed, accepted, strict=True):
+                    if k == 0 and n == 0:
+                        continue  # nothing offered (prompt lookup found no match): no pair
                     try:
                         self.emitter.acceptance(k, n)
                     except ValueError as exc:

@@ -88,6 +88,7 @@ class Injection:
         self.sites: dict[str, list[_Site]] = {}  # module name -> sites in it
         self.selected: set[str] = set()  # object entries that selected at least one object
         self.called: set[str] = set()  # hook entries that ran at least once (for tests)
+        self.attach_failures: dict[str, str] = {}  # entry -> why a selected object's method
         self.runtime = Runtime(self.emitter, self.reporter, self, self.called.add)
         by_key: dict[tuple[str, str], _Site] = {}
         for hook in config.hooks:
@@ -217,11 +218,11 @@ class Injection:
                     patch=self.patch,
                 )
             except (TypeError, AttributeError) as exc:
-                entry = site.entries[0]
-                self.reporter.warn_once(
-                    entry, "attach",
-                    f"{entry}: cannot hook {method!r} of the "
-                    f"{type(obj).__name__} {rule.factory.text} gave: {exc}",
+                # said once, in the exit line with everything else that did not apply
+                self.attach_failures.setdefault(
+                    site.entries[0],
+                    f"cannot hook {method!r} of the {type(obj).__name__} {rule.factory.text} "
+                    f"gave ({exc})",
                 )
 
     # --- the exit report --------------------------------------------------------------------
@@ -245,6 +246,8 @@ class Injection:
                     else f"{site.target.text} was never defined"
                 )
                 clauses.update(dict.fromkeys(site.entries, why))
+        for entry, why in self.attach_failures.items():
+            clauses.setdefault(entry, why)
         # A hook that was applied but never called is not reported (one file may serve a
         # baseline and a speculative run, each calling only its own functions), and neither is
         # an object its factory never built in this run: see notes().
