@@ -328,7 +328,8 @@ def _hook(label: str, index: int, body: dict[str, Any], objects: set[str]) -> Ho
             f"{label}: {entry}: give a 'phase', 'after' or a mark (tokens, accepted, "
             "first_token...)"
         )
-    return Hook(entry, target, phase, **paths, count_output_tokens=count_output, **extra)
+    return Hook(entry, target, phase, **paths, count_output_tokens=count_output,  # type: ignore[arg-type]
+                **extra)
 
 
 def _targets(label: str, entry: str, key: str, value: Any, objects: set[str]) -> tuple[Target, ...]:

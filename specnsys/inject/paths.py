@@ -331,10 +331,10 @@ def _evaluate(node: ast.expr, args: Arguments, result: Any) -> Any:
             left = right
         return True
     if isinstance(node, ast.BoolOp):
-        value: Any = None
+        last: Any = None
         for part in node.values:
-            value = _evaluate(part, args, result)
-            if isinstance(node.op, ast.And) != bool(value):
-                return value
-        return value
+            last = _evaluate(part, args, result)
+            if isinstance(node.op, ast.And) != bool(last):
+                return last
+        return last
     raise TypeError(f"unexpected {type(node).__name__}")  # not reached: the checker refused it

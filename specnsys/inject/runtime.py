@@ -179,11 +179,11 @@ class Injection:
         original = base.__dict__.get("__init_subclass__")  # a classmethod, or inherited
         injection = self
 
-        def init_subclass(cls: type, **kwargs: Any) -> None:
+        def init_subclass(cls: Any, /, **kwargs: Any) -> None:
             if original is not None:
                 original.__get__(None, cls)(**kwargs)
             else:
-                super(base, cls).__init_subclass__(**kwargs)
+                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
             injection._wrap_override(site, cls, attr)
 
         base.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
@@ -306,7 +306,7 @@ class Injection:
 
 def _all_subclasses(base: type) -> list[type]:
     seen: dict[type, None] = {}
-    stack = list(base.__subclasses__())
+    stack: list[type] = list(base.__subclasses__())
     while stack:
         cls = stack.pop()
         if cls not in seen:
