@@ -72,14 +72,15 @@ def test_each_accessor_kind_reads_its_value() -> None:
         ("accepted", "starts with 'return' or 'arg:NAME'"),
         ("return.", "at column 8: expected an attribute name"),
         ("return..x", "at column 8: expected an attribute name"),
-        ("return[x]", "expected an integer or a quoted key"),
+        ("return[x]", "at column 8: unknown name 'x'"),
         ("return[0", "expected ']'"),
         ("return.__class__", "names starting with '__' are not read"),
-        ("return()", "unexpected '('"),
+        ("return()", "only len, sum, min, max, abs can be called"),
         ("arg:", "expected a parameter name or position"),
-        ("len(return", "'len(' is not closed"),
-        ("len(len(return))", "len(len(...))"),
-        ("__import__('os')", "starts with 'return'"),
+        ("len(return", "'(' is not closed"),
+        ("len(return) ** 2", "only + - * // % are allowed"),
+        ("__import__('os')", "only len, sum, min, max, abs can be called"),
+        ("'x' * 9", "a path starts with 'return' or 'arg:NAME'"),
     ],
 )
 def test_a_bad_path_says_where_and_why(text: str, why: str) -> None:
@@ -134,7 +135,7 @@ def test_a_good_file_is_read_into_hooks_and_objects(tmp_path: Path) -> None:
         ("[[hook]]\nphase='decode'", "hook 1: missing 'on'"),
         ("[[hook]]\non='m:f'\nphase='decoder'", "hook 1 (on = 'm:f'): unknown phase 'decoder'"),
         ("[[hook]]\non='m:f'\nphse='decode'", "unknown key 'phse'"),
-        ("[[hook]]\non='m:f'", "give a 'phase' or a mark"),
+        ("[[hook]]\non='m:f'", "give a 'phase', 'after' or a mark"),
         ("[[hook]]\non='m f'\nphase='decode'", "expected module:qualname or OBJECT.method"),
         ("[[hook]]\non='m:f()'\nphase='decode'", "'f()' is not a qualified name"),
         ("[[hook]]\non='m:main.<locals>.f'\nphase='decode'", "cannot be reached"),
@@ -144,7 +145,7 @@ def test_a_good_file_is_read_into_hooks_and_objects(tmp_path: Path) -> None:
         ("[[hook]]\non='m:f'\nphase='decode'\nrequest_id='arg:r'", "needs phase = \"request\""),
         ("[[hook]]\non='m:f'\nphase='request'\nrequest_id='return'", "take it from an argument"),
         ("[[hook]]\non='m:f'\nphase='sample'\n[[hook]]\non='m:f'\nphase='kv'",
-         "hook 2 (on = 'm:f'): m:f is already hooked by hook 1"),
+         "hook 2 (on = 'm:f'): m:f is already hooked by hook 1 (on = 'm:f'), which has no condition"),
         ("[objects.d]\nfactory='m:f'\n[[hook]]\non='m:g'\nphase='kv'", "objects.d: no [[hook]]"),
         ("[objects.d]\nfactory='m:f'\ncall=0\n[[hook]]\non='d.g'\nphase='kv'",
          "objects.d: call must be an integer >= 1"),
@@ -405,7 +406,11 @@ def test_entries_that_never_matched_are_named(tmp_path: Path, module_dir: Path) 
         assert f"hook 3 (on = '{name}:Model.fwd'): {name} has no 'Model.fwd'" in line
         assert "hook 4 (on = 'never_imported_pkg.mod:f'): module never_imported_pkg.mod was " \
             "never imported" in line
-        assert f"objects.draft: {name}:build never returned an object with call = 2" in line
+        # a factory that ran but never built the selected object (the run has no draft) is not
+        # a warning (issue 30): it is a note, said under SPECNSYS_ANNOTATE_VERBOSE=1
+        assert "objects.draft" not in line
+        assert injection.notes() == [
+            f"objects.draft: {name}:build never gave an object (call = 2) in this run"]
     finally:
         injection.uninstall()
 

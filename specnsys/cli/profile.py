@@ -1,5 +1,7 @@
-"""``specnsys profile [--annotate FILE] -o OUT -- COMMAND...``: capture COMMAND with nsys and
-export SQLite; with ``--annotate``, an unedited Python program gets specnsys phases and marks."""
+"""``specnsys profile [--annotate FILE|PRESET|none] -o OUT -- COMMAND...``: capture COMMAND with
+nsys and export SQLite; an unedited Python program gets specnsys phases and marks from an
+annotation file, or from the built-in preset of a library it imports (Hugging Face
+transformers: ``hf``, chosen by default when the program imports it)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import os
 
 from specnsys.capture import profile
 from specnsys.errors import UsageError
-from specnsys.inject import environment
+from specnsys.inject import AUTO, NONE, annotation_file, environment
+from specnsys.inject.presets import PRESETS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,9 +40,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--annotate",
-        metavar="FILE",
+        metavar="FILE|PRESET|none",
+        default=AUTO,
         help="annotation file (TOML) that turns calls of an unedited Python program into "
-        "specnsys phases and marks (docs/annotate.md); checked before nsys starts",
+        "specnsys phases and marks (docs/annotate.md; checked before nsys starts), or a "
+        f"built-in preset ({', '.join(PRESETS)}: Hugging Face transformers, docs/stacks.md). "
+        "Default: the preset of a library the program imports, if any (a program that "
+        "imports none runs untouched); none: no annotation",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
     p.set_defaults(run=run)
@@ -56,12 +63,22 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _annotation_env(spec: str, trace: str | None) -> dict[str, str]:
+    """What the profiled program's environment gets for ``--annotate SPEC`` (see the help)."""
+    nvtx = trace is None or "nvtx" in trace.split(",")
+    if spec == AUTO:
+        # every preset of a library, applied only if the program imports it (one for now)
+        return environment(PRESETS["hf"], auto=True) if nvtx and "hf" in PRESETS else {}
+    if not nvtx:
+        raise UsageError(f"--annotate emits NVTX ranges: add nvtx to -t {trace}")
+    return environment(annotation_file(spec))
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if args.annotate and args.trace and "nvtx" not in args.trace.split(","):
-        raise UsageError(f"--annotate emits NVTX ranges: add nvtx to -t {args.trace}")
     # Only the profiled program's environment carries the injection; ours is unchanged.
-    env = {**os.environ, **environment(args.annotate)} if args.annotate else None
+    env = {**os.environ, **_annotation_env(args.annotate, args.trace)} if args.annotate != NONE \
+        else None
     result = profile(
         command,
         args.output,

@@ -25,15 +25,47 @@ from pathlib import Path
 
 from specnsys.inject.config import AnnotationError, Config, load_config
 
-__all__ = ["AnnotationError", "BOOTSTRAP", "CONFIG_ENV", "Config", "environment", "load_config"]
+__all__ = [
+    "AUTO", "AUTO_ENV", "AnnotationError", "BOOTSTRAP", "CONFIG_ENV", "Config", "NONE",
+    "annotation_file", "environment", "load_config",
+]
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 CONFIG_ENV = "SPECNSYS_ANNOTATE"  # the absolute path of the annotation file
+#: set when ``profile`` chose the file itself: the module the program must import for the file
+#: to apply (the bootstrap waits for that import; a program without it hears nothing)
+AUTO_ENV = "SPECNSYS_ANNOTATE_AUTO"
+AUTO = "auto"  # --annotate default: the presets of the libraries the program imports
+NONE = "none"  # --annotate none: no injection
 
 
-def environment(path: str | Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+def annotation_file(spec: str) -> Path:
+    """The annotation file ``--annotate SPEC`` names: a built-in preset (``hf``) or a file.
+
+    A bare name that is a preset's is the preset (``./hf`` names a file called ``hf``); a bare
+    name that is neither a preset nor an existing file is refused in one line that lists the
+    presets (exit status 2).
+    """
+    from specnsys.inject.presets import PRESETS
+
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.exists() and os.sep not in spec and not path.suffix:
+        raise AnnotationError(
+            f"--annotate {spec}: no such annotation file, and no built-in preset of that name "
+            f"(presets: {', '.join(PRESETS)}; {NONE} turns annotation off)"
+        )
+    return path
+
+
+def environment(
+    path: str | Path, env: Mapping[str, str] | None = None, *, auto: bool = False
+) -> dict[str, str]:
     """Check the annotation file *path* and return the variables to set in the environment of
-    the profiled program (*env*, default ours, gives the ``PYTHONPATH`` to extend).
+    the profiled program (*env*, default ours, gives the ``PYTHONPATH`` to extend). With
+    *auto* (``profile`` chose the file), the file applies only in programs that import the
+    module it ``requires``, and is silent in the others.
 
     Raises :class:`AnnotationError` (exit status 2) when the file cannot be used. Nothing is
     written: the program reads the file itself, so there is nothing to clean up afterwards.
@@ -41,4 +73,7 @@ def environment(path: str | Path, env: Mapping[str, str] | None = None) -> dict[
     config = load_config(path)
     existing = (os.environ if env is None else env).get("PYTHONPATH")
     python_path = str(BOOTSTRAP) + (os.pathsep + existing if existing else "")
-    return {CONFIG_ENV: str(config.path.resolve()), "PYTHONPATH": python_path}
+    out = {CONFIG_ENV: str(config.path.resolve()), "PYTHONPATH": python_path}
+    if auto and config.requires:
+        out[AUTO_ENV] = config.requires
+    return out

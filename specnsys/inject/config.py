@@ -44,9 +44,14 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HOOK_KEYS = {
     "on", "phase", "tokens", "proposed", "accepted", "request_id", "output_tokens",
+    "inside", "outside", "calls", "skip", "when", "after", "until", "first_token", "optional",
+    "subclasses",
 }
 _OBJECT_KEYS = {"factory", "call", "where", "equals", "object"}
-_TOP_KEYS = {"hook", "objects"}
+_TOP_KEYS = {"hook", "objects", "requires"}
+#: The keys that tell two entries on one callable apart (the first whose conditions hold
+#: applies to a call).
+_CONDITIONS = ("inside", "outside", "calls", "skip", "when")
 #: An annotation file names a few dozen functions; anything this big is not one.
 ANNOTATION_MAX_BYTES = 1 << 20
 
@@ -71,7 +76,8 @@ class Target:
 
 @dataclass(frozen=True)
 class Hook:
-    """What one call of a target gives: a phase range around it, marks from its values."""
+    """What one call of a target gives: a phase range around it, marks from its values, and
+    the conditions under which it applies (docs/annotate.md#the-annotation-file)."""
 
     entry: str  # "hook 3 (on = '...')": how messages name it
     target: Target
@@ -81,12 +87,34 @@ class Hook:
     accepted: ValuePath | None = None
     request_id: ValuePath | None = None
     output_tokens: ValuePath | None = None
+    #: ``output_tokens = true``: the sum of the ``tokens`` marks emitted during the request
+    count_output_tokens: bool = False
+    inside: tuple[Target, ...] = ()  # applies while a call of one of these runs on the thread
+    outside: tuple[Target, ...] = ()  # ... and while no call of any of these runs
+    calls: tuple[int, int | None] | None = None  # 1-based, inclusive; None: open-ended
+    when: ValuePath | None = None
+    after: str | None = None  # a range of this phase from the call's return...
+    until: tuple[Target, ...] = ()  # ... to the next call of one of these
+    first_token: bool = False
+    optional: bool = False  # not reported when the callable does not exist
+    subclasses: bool = False  # also every subclass's own override of the method
 
     @property
     def marks(self) -> tuple[tuple[str, ValuePath], ...]:
         """The mark paths that are set, by field name."""
         fields = ("tokens", "proposed", "accepted", "output_tokens")
         return tuple((f, p) for f in fields if (p := getattr(self, f)) is not None)
+
+    @property
+    def conditional(self) -> bool:
+        """Whether some calls of the target may not reach this entry."""
+        return bool(self.inside or self.outside or self.calls or self.when is not None)
+
+    @property
+    def when_at_entry(self) -> bool:
+        """A ``when`` read from the arguments decides at the call's start; one that reads
+        ``return`` decides, after the call, whether its marks and ``after`` range are given."""
+        return self.when is not None and not self.when.uses_return
 
 
 @dataclass(frozen=True)
@@ -102,16 +130,34 @@ class ObjectRule:
     equals: Any
     obj: ValuePath  # the object within the call (default: ``return``)
 
+    @property
+    def at_entry(self) -> bool:
+        """An object taken from an argument (``object = "arg:self"``) is selected when the call
+        starts, so that its methods are hooked for the call's own duration."""
+        return not self.obj.uses_return
+
 
 @dataclass(frozen=True)
 class Config:
     path: Path
     hooks: tuple[Hook, ...]
     objects: tuple[ObjectRule, ...]
+    #: the module a program must import for the file to concern it (``requires``)
+    requires: str | None = None
 
     @property
     def label(self) -> str:
         return self.path.name
+
+    @property
+    def scope_targets(self) -> tuple[Target, ...]:
+        """Callables named in ``inside``, ``outside`` or ``until``: their calls are followed
+        (per thread) even where no entry hooks them."""
+        seen: dict[tuple[str, str], Target] = {}
+        for hook in self.hooks:
+            for target in (*hook.inside, *hook.outside, *hook.until):
+                seen.setdefault(target.key, target)
+        return tuple(seen.values())
 
 
 def load_config(path: str | Path) -> Config:
@@ -154,22 +200,45 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
         raise AnnotationError(f"{label}: no [[hook]] entries: nothing would be annotated")
     names = {o.name for o in objects}
     hooks = tuple(_hook(label, i, body, names) for i, body in enumerate(raw_hooks, start=1))
-    seen: dict[tuple[str, str], str] = {}
-    for hook in hooks:
-        if hook.target.key in seen:
-            raise AnnotationError(
-                f"{label}: {hook.entry}: {hook.target.text} is already hooked by "
-                f"{seen[hook.target.key]}; give one entry all its phase and marks"
-            )
-        seen[hook.target.key] = hook.entry
+    _check_shared_targets(label, hooks)
+    requires = data.get("requires")
+    if requires is not None and not (isinstance(requires, str) and _DOTTED.fullmatch(requires)):
+        raise AnnotationError(f"{label}: requires must be a module name (e.g. \"transformers\")")
     hooked_objects = {h.target.obj for h in hooks}
+    hooked_objects |= {t.obj for h in hooks for t in (*h.inside, *h.outside, *h.until)}
     for rule in objects:
         if rule.name not in hooked_objects:
             raise AnnotationError(
                 f"{label}: {rule.entry}: no [[hook]] uses this object "
                 f"(on = \"{rule.name}.METHOD\")"
             )
-    return Config(path, hooks, objects)
+    return Config(path, hooks, objects, requires)
+
+
+def _check_shared_targets(label: str, hooks: tuple[Hook, ...]) -> None:
+    """Several entries may hook one callable when conditions tell them apart: at each call the
+    first whose conditions hold applies. An unconditional one would hide every later one."""
+    first: dict[tuple[str, str], Hook] = {}
+    for hook in hooks:
+        earlier = first.get(hook.target.key)
+        if earlier is None:
+            first[hook.target.key] = hook
+            continue
+        if earlier.subclasses != hook.subclasses:
+            raise AnnotationError(
+                f"{label}: {hook.entry}: {hook.target.text} is hooked by {earlier.entry} with "
+                "another 'subclasses'; give every entry on one callable the same"
+            )
+        blocker = next((h for h in hooks if h.target.key == hook.target.key
+                        and h is not hook and not h.conditional
+                        and hooks.index(h) < hooks.index(hook)), None)
+        if blocker is not None:
+            raise AnnotationError(
+                f"{label}: {hook.entry}: {hook.target.text} is already hooked by "
+                f"{blocker.entry}, which has no condition ({', '.join(_CONDITIONS)}), so this "
+                "entry would never apply; give one entry all its phase and marks, or tell "
+                "them apart with inside/outside/calls/when"
+            )
 
 
 def _target(label: str, entry: str, text: Any, objects: set[str] | None) -> Target:
@@ -233,10 +302,11 @@ def _hook(label: str, index: int, body: dict[str, Any], objects: set[str]) -> Ho
         raise AnnotationError(
             f"{label}: {entry}: unknown phase {phase!r} (expected one of {', '.join(PHASES)})"
         )
+    count_output = body.get("output_tokens") is True
     paths = {
         key: _path(label, entry, key, body[key])
         for key in ("tokens", "proposed", "accepted", "request_id", "output_tokens")
-        if key in body
+        if key in body and not (key == "output_tokens" and count_output)
     }
     if ("proposed" in paths) != ("accepted" in paths):
         raise AnnotationError(
@@ -245,16 +315,93 @@ def _hook(label: str, index: int, body: dict[str, Any], objects: set[str]) -> Ho
         )
     is_request = phase == REQUEST_PHASE
     for key in ("request_id", "output_tokens"):
-        if key in paths and not is_request:
+        if key in body and not is_request:
             raise AnnotationError(f"{label}: {entry}: {key!r} needs phase = \"request\"")
     if "request_id" in paths and paths["request_id"].uses_return:
         raise AnnotationError(
             f"{label}: {entry}: request_id: the request starts before the call returns; "
             "take it from an argument (arg:NAME)"
         )
-    if phase is None and not paths:
-        raise AnnotationError(f"{label}: {entry}: give a 'phase' or a mark (tokens, accepted...)")
-    return Hook(entry, target, phase, **paths)
+    extra = _conditions(label, entry, body, target, objects)
+    if phase is None and not paths and not extra["after"] and not extra["first_token"]:
+        raise AnnotationError(
+            f"{label}: {entry}: give a 'phase', 'after' or a mark (tokens, accepted, "
+            "first_token...)"
+        )
+    return Hook(entry, target, phase, **paths, count_output_tokens=count_output,  # type: ignore[arg-type]
+                **extra)
+
+
+def _targets(label: str, entry: str, key: str, value: Any, objects: set[str]) -> tuple[Target, ...]:
+    """``inside``/``outside``/``until``: one target or a list of them."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise AnnotationError(f"{label}: {entry}: {key}: an empty list names no callable")
+    return tuple(_target(label, f"{entry}: {key}", item, objects) for item in items)
+
+
+def _flag(label: str, entry: str, body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise AnnotationError(f"{label}: {entry}: {key} must be true or false")
+    return value
+
+
+def _calls(label: str, entry: str, body: dict[str, Any]) -> tuple[int, int | None] | None:
+    """``calls = N`` (only the n-th), ``calls = [FIRST, LAST]`` (inclusive), ``skip = N``."""
+    def count(value: Any, least: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+    if "calls" in body and "skip" in body:
+        raise AnnotationError(f"{label}: {entry}: give 'calls' or 'skip', not both")
+    if "skip" in body:
+        if not count(body["skip"], 0):
+            raise AnnotationError(f"{label}: {entry}: skip must be an integer >= 0")
+        return (body["skip"] + 1, None) if body["skip"] else None
+    if "calls" not in body:
+        return None
+    calls = body["calls"]
+    if count(calls, 1):
+        return (calls, calls)
+    if (isinstance(calls, list) and len(calls) == 2 and count(calls[0], 1)
+            and count(calls[1], 1) and calls[0] <= calls[1]):
+        return (calls[0], calls[1])
+    raise AnnotationError(
+        f"{label}: {entry}: calls must be an integer >= 1 (that call) or [FIRST, LAST] "
+        "(1-based, inclusive)"
+    )
+
+
+def _conditions(
+    label: str, entry: str, body: dict[str, Any], target: Target, objects: set[str]
+) -> dict[str, Any]:
+    """The keys that say when an entry applies and what it gives beside its phase."""
+    out: dict[str, Any] = {
+        key: _targets(label, entry, key, body[key], objects)
+        for key in ("inside", "outside", "until") if key in body
+    }
+    out["calls"] = _calls(label, entry, body)
+    if "when" in body:
+        out["when"] = _path(label, entry, "when", body["when"])
+    after = body.get("after")
+    if after is not None and (after not in PHASES or after == REQUEST_PHASE):
+        raise AnnotationError(
+            f"{label}: {entry}: after: unknown phase {after!r} (a push/pop phase: "
+            f"{', '.join(p for p in PHASES if p != REQUEST_PHASE)})"
+        )
+    out["after"] = after
+    if "until" in body and after is None:
+        raise AnnotationError(f"{label}: {entry}: 'until' ends an 'after' range: give 'after'")
+    if after is not None and "until" not in body:
+        out["until"] = (target,)
+    for key in ("first_token", "optional", "subclasses"):
+        out[key] = _flag(label, entry, body, key)
+    if out["subclasses"] and (target.module is None or "." not in target.qualname):
+        raise AnnotationError(
+            f"{label}: {entry}: subclasses = true needs a method of a class "
+            "(module:Class.method)"
+        )
+    return out
 
 
 def _object(label: str, name: str, body: Any) -> ObjectRule:
@@ -286,6 +433,9 @@ def _object(label: str, name: str, body: Any) -> ObjectRule:
     if where is not None and not isinstance(equals, (str, int, float, bool)):
         raise AnnotationError(f"{label}: {entry}: equals must be a string, number or boolean")
     obj = _path(label, entry, "object", body.get("object", "return"))
-    if obj.length:
-        raise AnnotationError(f"{label}: {entry}: object: len(...) is a number, not an object")
+    if not obj.plain:
+        raise AnnotationError(
+            f"{label}: {entry}: object: {obj.text!r} computes a value; name an object "
+            "(return, return.model, arg:self, ...)"
+        )
     return ObjectRule(entry, name, factory, call, where, equals, obj)

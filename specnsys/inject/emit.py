@@ -32,6 +32,9 @@ class Emitter:
     def tokens(self, n: int) -> None:
         annotate.mark_tokens(n)
 
+    def first_token(self, request_id: int) -> None:
+        annotate.mark_first_token(request_id)
+
     def start_request(self, request_id: int) -> Any:
         return annotate.start_request(request_id)
 
@@ -72,6 +75,10 @@ class LogEmitter(Emitter):
     def tokens(self, n: int) -> None:
         super().tokens(n)
         self._write(f"mark tokens {n}")
+
+    def first_token(self, request_id: int) -> None:
+        super().first_token(request_id)
+        self._write(f"mark first_token {request_id}")
 
     def start_request(self, request_id: int) -> Any:
         handle = super().start_request(request_id)

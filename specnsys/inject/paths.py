@@ -1,34 +1,58 @@
 """Value paths: where an annotation file finds a number in a call (``return.accepted``).
 
-The annotation file names the value a mark takes by a path from the return value or an argument
-of the annotated call, through attributes, keys and indexes, optionally measured with ``len``::
+The annotation file names the value a mark takes by a small expression over the return value
+and the arguments of the annotated call (docs/annotate.md#paths)::
 
-    path     := "len(" path ")" | root step*
-    root     := "return" | "arg:" (NAME | INTEGER)
-    step     := "." NAME | "[" INTEGER "]" | "[" QUOTED "]"
+    value    := "return" | "arg:" (NAME | INTEGER) | INTEGER | 'string'
+              | value "." NAME | value "[" expr "]"
+              | FUNCTION "(" expr ("," expr)* ")"          FUNCTION: len sum min max abs
+    expr     := value | expr OP expr | "-" expr | "not" expr | "(" expr ")"
+                                                           OP: + - * // % == != < <= > >= and or
 
 ``arg:k`` is the argument bound to parameter ``k`` (passed by position, by keyword, or its
 default), ``arg:0`` the first positional argument (``self`` for a method patched on its class).
-The grammar is parsed here, by hand, into a tuple of steps: the user's text is never evaluated
-(no ``eval``), so a path can read a value and do nothing else. Names starting with ``__`` are
-refused for the same reason (``.__class__`` would leave data access).
+Examples: ``return.accepted``, ``len(return) - 1``, ``arg:scores.shape[1] - 1``,
+``arg:num_matches + 1``.
+
+The text is parsed with :mod:`ast` and every node is checked against a short whitelist; the
+checked tree is then walked by :func:`_evaluate` here. Nothing is ever passed to ``eval`` or
+``compile``: an expression can read values and do integer arithmetic and nothing else. Names
+starting with ``__`` are refused (``.__class__`` would leave data access), and arithmetic is
+done on numbers (and arrays) only, so ``'x' * 10**9``-style memory bombs are refused.
 
 Standard library only: this module runs inside the profiled program.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Arguments", "PathError", "ValuePath", "parse_path"]
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_INT = re.compile(r"-?[0-9]+")
-_QUOTED = re.compile(r"'([^'\\]*)'|\"([^\"\\]*)\"")
+_QUOTED = re.compile(r"'[^'\\]*'|\"[^\"\\]*\"")
+_ROOT = re.compile(r"(?<![\w.])(?:arg:(?:([A-Za-z_][A-Za-z0-9_]*)|([0-9]+))|(return)(?![\w]))")
+_RETURN = "_sn_return"
+_ARG = "_sn_arg_"  # + name
+_ARG_POS = "_sn_pos_"  # + index
+#: The functions an expression may call, by name.
+FUNCTIONS: dict[str, Callable[..., Any]] = {"len": len, "sum": sum, "min": min, "max": max,
+                                            "abs": abs}
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+}
+#: Longer than any expression an annotation needs; bounds the parse.
+MAX_LENGTH = 400
 
 
 class PathError(ValueError):
@@ -37,25 +61,18 @@ class PathError(ValueError):
 
 @dataclass(frozen=True)
 class ValuePath:
-    """A parsed path: its root, its steps and whether ``len`` is taken of the value."""
+    """A checked expression: its text, its tree, and what it reads."""
 
     text: str
-    root: str  # "return" or "arg"
-    arg: str | int | None  # parameter name or positional index (root "arg")
-    steps: tuple[tuple[str, str | int], ...]  # ("attr", name) | ("item", key)
-    length: bool = False
-
-    @property
-    def uses_return(self) -> bool:
-        return self.root == "return"
+    tree: ast.expr = field(repr=False, compare=False)
+    uses_return: bool = False
+    #: a plain path (a root and attribute/item steps): it names an object, not a computed value
+    plain: bool = True
 
     def get(self, args: Arguments, result: Any = None) -> Any:
-        """The value at this path in a finished call; raises LookupError, AttributeError,
-        TypeError, IndexError or KeyError (the caller reports them) when it does not resolve."""
-        value = result if self.root == "return" else args.get(self.arg)
-        for kind, key in self.steps:
-            value = getattr(value, key) if kind == "attr" else value[key]  # type: ignore[arg-type]
-        return len(value) if self.length else value
+        """The value in a finished call; raises LookupError, AttributeError, TypeError,
+        IndexError, KeyError or ValueError (the caller reports them) when it does not resolve."""
+        return _evaluate(self.tree, args, result)
 
 
 class Arguments:
@@ -111,66 +128,213 @@ class ArgumentLayout:
         return cls(positions, defaults)
 
 
+# --- parsing ---------------------------------------------------------------------------------
+
+
 def parse_path(text: str) -> ValuePath:
-    """Parse *text* (see the module docstring); raises :class:`PathError`."""
+    """Parse and check *text* (see the module docstring); raises :class:`PathError`."""
     if not isinstance(text, str):
         raise PathError(f"a path is a string, not {type(text).__name__}")
-    body = text.strip()
-    length = False
-    offset = len(text) - len(text.lstrip())
-    if body.startswith("len(") or body.startswith("len ("):
-        if not body.endswith(")"):
-            raise PathError(f"{text!r}: 'len(' is not closed by ')'")
-        inner_start = body.index("(") + 1
-        offset += inner_start
-        body = body[inner_start:-1].strip()
-        length = True
-        if body.startswith("len("):
-            raise PathError(f"{text!r}: len(len(...)) is not a value")
-    return _parse_plain(text, body, offset, length)
+    if len(text) > MAX_LENGTH:
+        raise PathError(f"{text[:40]!r}...: longer than {MAX_LENGTH} characters")
+    source, columns = _substitute(text)
+    try:
+        tree = ast.parse(source.strip() or "()", mode="eval").body
+    except SyntaxError as exc:
+        offset = (exc.offset or 0) - 1
+        at = columns[offset] if 0 <= offset < len(columns) else len(text)  # 0: at the end
+        raise PathError(f"{text!r} at column {at + 1}: {_syntax_hint(text, at)}") from None
+    checker = _Checker(text, columns)
+    checker.visit(tree)
+    if not checker.roots:
+        raise PathError(
+            f"{text!r}: a path starts with 'return' or 'arg:NAME' (e.g. return.accepted, arg:k)"
+        )
+    return ValuePath(text, tree, checker.uses_return, _is_plain(tree))
 
 
-def _parse_plain(text: str, body: str, offset: int, length: bool) -> ValuePath:
-    def fail(at: int, why: str) -> PathError:
-        return PathError(f"{text!r} at column {offset + at + 1}: {why}")
+def _substitute(text: str) -> tuple[str, list[int]]:
+    """*text* with ``return`` and ``arg:X`` replaced by identifiers Python can parse, outside
+    quoted keys; and, per character of the result, the column of *text* it came from."""
+    out: list[str] = []
+    columns: list[int] = []
 
-    arg: str | int | None = None
-    if body.startswith("return"):
-        root, pos = "return", len("return")
-    elif body.startswith("arg:"):
-        root, pos = "arg", len("arg:")
-        m = _NAME.match(body, pos) or _INT.match(body, pos)
-        if m is None:
-            raise fail(pos, "expected a parameter name or position after 'arg:'")
-        arg = int(m.group()) if m.group()[0] in "-0123456789" else m.group()
-        if isinstance(arg, int) and arg < 0:
-            raise fail(pos, "a positional argument index is >= 0")
-        pos = m.end()
-    else:
-        raise fail(0, "a path starts with 'return' or 'arg:NAME' (e.g. return.accepted, arg:k)")
-    steps: list[tuple[str, str | int]] = []
-    while pos < len(body):
-        char = body[pos]
-        if char == ".":
-            m = _NAME.match(body, pos + 1)
-            if m is None:
-                raise fail(pos + 1, "expected an attribute name after '.'")
-            if m.group().startswith("__"):
-                raise fail(pos + 1, "names starting with '__' are not read")
-            steps.append(("attr", m.group()))
-            pos = m.end()
-        elif char == "[":
-            m = _INT.match(body, pos + 1) or _QUOTED.match(body, pos + 1)
-            if m is None:
-                raise fail(pos + 1, "expected an integer or a quoted key inside [ ]")
-            if m.re is _INT:
-                key: str | int = int(m.group())
-            else:
-                key = m.group(1) if m.group(1) is not None else m.group(2)
-            if m.end() >= len(body) or body[m.end()] != "]":
-                raise fail(m.end(), "expected ']'")
-            steps.append(("item", key))
-            pos = m.end() + 1
+    def put(piece: str, column: int, width: int) -> None:
+        out.append(piece)
+        columns.extend(column + min(i, width - 1) for i in range(len(piece)))
+
+    pos = 0
+    for quoted in [*_QUOTED.finditer(text), None]:
+        end = quoted.start() if quoted else len(text)
+        chunk_at = pos
+        for m in _ROOT.finditer(text, pos, end):
+            for i in range(chunk_at, m.start()):
+                put(text[i], i, 1)
+            name = (_ARG + m.group(1) if m.group(1) else _ARG_POS + m.group(2) if m.group(2)
+                    else _RETURN)
+            put(name, m.start(), m.end() - m.start())
+            chunk_at = m.end()
+        for i in range(chunk_at, end):
+            put(text[i], i, 1)
+        if quoted:
+            for i in range(quoted.start(), quoted.end()):
+                put(text[i], i, 1)
+            pos = quoted.end()
+    return "".join(out), columns
+
+
+def _syntax_hint(text: str, at: int) -> str:
+    rest = text[at:]
+    if text.rstrip().endswith(".") or re.search(r"\.\s*(\.|$|\[|\()", text):
+        return "expected an attribute name after '.'"
+    if text.count("(") != text.count(")"):
+        return "'(' is not closed by ')'" if text.count("(") > text.count(")") else \
+            "unexpected ')'"
+    if text.count("[") != text.count("]"):
+        return "expected ']'"
+    if rest.startswith("arg:") or text.rstrip().endswith("arg:"):
+        return "expected a parameter name or position after 'arg:'"
+    return "not an expression (a path is return or arg:NAME, with .name, [index], + - ...)"
+
+
+class _Checker(ast.NodeVisitor):
+    """Refuses every node outside the whitelist, with the column it starts at."""
+
+    def __init__(self, text: str, columns: list[int]) -> None:
+        self.text, self.columns = text, columns
+        self.roots = 0
+        self.uses_return = False
+
+    def fail(self, node: ast.AST, why: str) -> PathError:
+        offset = getattr(node, "col_offset", 0)
+        if isinstance(node, ast.Attribute) and node.end_col_offset is not None:
+            offset = node.end_col_offset - len(node.attr)
+        at = self.columns[min(offset, len(self.columns) - 1)] if self.columns else 0
+        return PathError(f"{self.text!r} at column {at + 1}: {why}")
+
+    def generic_visit(self, node: ast.AST) -> None:
+        raise self.fail(node, f"{type(node).__name__.lower()} is not allowed in a path "
+                              "(values, .name, [index], len/sum/min/max/abs, + - * // %, "
+                              "comparisons, and/or/not)")
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id == _RETURN:
+            self.roots += 1
+            self.uses_return = True
+        elif node.id.startswith((_ARG, _ARG_POS)):
+            self.roots += 1
+        elif node.id in FUNCTIONS:
+            raise self.fail(node, f"{node.id} is a function: call it, {node.id}(...)")
         else:
-            raise fail(pos, f"unexpected {char!r} (a step is .name, [integer] or ['key'])")
-    return ValuePath(text, root, arg, tuple(steps), length)
+            raise self.fail(node, f"unknown name {node.id!r}: a path starts with 'return' or "
+                                  "'arg:NAME' (e.g. return.accepted, arg:k)")
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, str)):
+            raise self.fail(node, "only integer and string constants")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr.startswith("__"):
+            raise self.fail(node, "names starting with '__' are not read")
+        self.visit(node.value)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if isinstance(node.slice, (ast.Slice, ast.Tuple)):
+            raise self.fail(node, "an index is one integer or key, not a slice")
+        self.visit(node.value)
+        self.visit(node.slice)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            raise self.fail(node, f"only {', '.join(FUNCTIONS)} can be called")
+        if node.keywords or not node.args or any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.fail(node, f"{node.func.id}(...) takes positional arguments only")
+        for arg in node.args:
+            self.visit(arg)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if type(node.op) not in _BINARY:
+            raise self.fail(node, "only + - * // % are allowed")
+        self.visit(node.left)
+        self.visit(node.right)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
+        if not isinstance(node.op, (ast.USub, ast.Not)):
+            raise self.fail(node, "only - and not are allowed before a value")
+        self.visit(node.operand)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if any(type(op) not in _COMPARE for op in node.ops):
+            raise self.fail(node, "only == != < <= > >= compare")
+        self.visit(node.left)
+        for value in node.comparators:
+            self.visit(value)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        for value in node.values:
+            self.visit(value)
+
+
+def _is_plain(node: ast.expr) -> bool:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Constant,
+                                                                           ast.UnaryOp)):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name) and node.id not in FUNCTIONS
+
+
+# --- evaluation ------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> Any:
+    """Arithmetic operands: numbers, and arrays/tensors (what a loop's counts are), not text or
+    containers (``'x' * n`` would build a string of any size)."""
+    if isinstance(value, (str, bytes, bytearray, list, tuple, dict, set)):
+        raise TypeError(f"arithmetic on a {type(value).__name__}: numbers only")
+    return value
+
+
+def _evaluate(node: ast.expr, args: Arguments, result: Any) -> Any:
+    """Walk a checked tree (see :class:`_Checker` for the nodes that can occur)."""
+    if isinstance(node, ast.Name):
+        if node.id == _RETURN:
+            return result
+        if node.id.startswith(_ARG_POS):
+            return args.get(int(node.id[len(_ARG_POS):]))
+        return args.get(node.id[len(_ARG):])
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute):
+        return getattr(_evaluate(node.value, args, result), node.attr)
+    if isinstance(node, ast.Subscript):
+        key = _evaluate(node.slice, args, result)
+        if hasattr(key, "__index__") and not isinstance(key, int):
+            key = operator.index(key)
+        return _evaluate(node.value, args, result)[key]
+    if isinstance(node, ast.Call):
+        assert isinstance(node.func, ast.Name)
+        return FUNCTIONS[node.func.id](*(_evaluate(a, args, result) for a in node.args))
+    if isinstance(node, ast.BinOp):
+        left = _number(_evaluate(node.left, args, result))
+        right = _number(_evaluate(node.right, args, result))
+        return _BINARY[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp):
+        value = _evaluate(node.operand, args, result)
+        return operator.neg(_number(value)) if isinstance(node.op, ast.USub) else not value
+    if isinstance(node, ast.Compare):
+        left = _evaluate(node.left, args, result)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = _evaluate(right_node, args, result)
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.BoolOp):
+        last: Any = None
+        for part in node.values:
+            last = _evaluate(part, args, result)
+            if isinstance(node.op, ast.And) != bool(last):
+                return last
+        return last
+    raise TypeError(f"unexpected {type(node).__name__}")  # not reached: the checker refused it

@@ -33,31 +33,46 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specnsys import annotate
-from specnsys.inject import CONFIG_ENV
+from specnsys.inject import AUTO_ENV, CONFIG_ENV
 from specnsys.inject.config import Config, Hook, ObjectRule, Target, load_config
 from specnsys.inject.emit import Emitter, LogEmitter
-from specnsys.inject.hooks import Reporter, make_wrapper
+from specnsys.inject.hooks import Reporter, Runtime, make_wrapper
 
 __all__ = ["CONFIG_ENV", "DEPTH_ENV", "LOG_ENV", "Injection", "install", "install_from_env"]
 
 LOG_ENV = "SPECNSYS_ANNOTATE_LOG"  # optional: a text file that receives every event
 DEPTH_ENV = "SPECNSYS_ANNOTATE_DEPTH"  # 0 in the profiled program, 1 in its children...
+VERBOSE_ENV = "SPECNSYS_ANNOTATE_VERBOSE"  # 1: also what applied but never happened (notes)
+
 MAIN = "__main__"
 
 
 @dataclass
 class _Site:
-    """One callable to wrap: the hook entry on it and the object rules it is the factory of."""
+    """One callable to wrap: the hook entries on it (tried in file order at each call), the
+    object rules it is the factory of, and whether other entries follow its calls (a callable
+    named only in ``inside``, ``outside`` or ``until`` is wrapped with no entry of its own)."""
 
     target: Target
-    hook: Hook | None
+    hooks: list[Hook] = field(default_factory=list)
     rules: list[ObjectRule] = field(default_factory=list)
+    followed: bool = False  # named in inside/outside/until
     done: bool = False
     why: str = ""  # why it was not applied (for the exit warning)
 
     @property
     def entries(self) -> list[str]:
-        return ([self.hook.entry] if self.hook else []) + [r.entry for r in self.rules]
+        hooks = [h.entry for h in self.hooks] + [r.entry for r in self.rules]
+        return hooks or [f"{self.target.text} (named in inside/outside/until)"]
+
+    @property
+    def optional(self) -> bool:
+        """Every entry on it says ``optional = true`` (a callable some versions lack)."""
+        return bool(self.hooks) and not self.rules and all(h.optional for h in self.hooks)
+
+    @property
+    def subclasses(self) -> bool:
+        return any(h.subclasses for h in self.hooks)
 
 
 class Injection:
@@ -71,24 +86,37 @@ class Injection:
         self.reporter = reporter or Reporter(config.label)
         self.patch = annotate.Patch()
         self.sites: dict[str, list[_Site]] = {}  # module name -> sites in it
+        self.selected: set[str] = set()  # object entries that selected at least one object
+        self.called: set[str] = set()  # hook entries that ran at least once (for tests)
+        self.attach_failures: dict[str, str] = {}  # entry -> why a selected object's method
+        self.runtime = Runtime(self.emitter, self.reporter, self, self.called.add)
         by_key: dict[tuple[str, str], _Site] = {}
         for hook in config.hooks:
             if hook.target.module is not None:
-                by_key[hook.target.key] = _Site(hook.target, hook)
+                by_key.setdefault(hook.target.key, _Site(hook.target)).hooks.append(hook)
         for rule in config.objects:
-            site = by_key.setdefault(rule.factory.key, _Site(rule.factory, None))
-            site.rules.append(rule)
+            by_key.setdefault(rule.factory.key, _Site(rule.factory)).rules.append(rule)
+        for target in config.scope_targets:
+            if target.module is not None:
+                by_key.setdefault(target.key, _Site(target)).followed = True
         for site in by_key.values():
             assert site.target.module is not None
             self.sites.setdefault(site.target.module, []).append(site)
-        self.object_hooks: dict[str, list[Hook]] = {}
+        # methods of named objects: NAME -> method -> entries on it (and whether followed)
+        self.object_sites: dict[str, dict[str, _Site]] = {}
         for hook in config.hooks:
             if hook.target.obj is not None:
-                self.object_hooks.setdefault(hook.target.obj, []).append(hook)
-        self.selected: set[str] = set()  # object entries that selected at least one object
-        self.called: set[str] = set()  # hook entries that ran at least once (for tests)
+                self._object_site(hook.target).hooks.append(hook)
+        for target in config.scope_targets:
+            if target.obj is not None:
+                self._object_site(target).followed = True
         self._lock = threading.RLock()
         self._finder: _PostImportFinder | None = None
+
+    def _object_site(self, target: Target) -> _Site:
+        assert target.obj is not None
+        methods = self.object_sites.setdefault(target.obj, {})
+        return methods.setdefault(target.qualname, _Site(target))
 
     # --- modules ----------------------------------------------------------------------------
 
@@ -123,38 +151,78 @@ class Injection:
         except (TypeError, AttributeError) as exc:  # not callable, or read-only (a builtin type)
             site.why = f"cannot be wrapped: {exc}"
             return
+        if site.subclasses and isinstance(owner, type):
+            self._follow_subclasses(site, owner, attr)
         site.done = True
 
     def _wrapper_for(self, site: _Site) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        return self._wrapping(site.hook, site.rules, site.target.text)
+        return self._wrapping(site.target.key, site.hooks, site.rules, site.target.text)
 
     def _wrapping(
-        self, hook: Hook | None, rules: Sequence[ObjectRule], where: str
+        self, key: tuple[str, str], hooks: Sequence[Hook], rules: Sequence[ObjectRule],
+        where: str,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
-            return make_wrapper(
-                func, hook, rules, emitter=self.emitter, reporter=self.reporter, sink=self,
-                where=where, called=self.called.add,
-            )
+            wrapper = make_wrapper(func, key, hooks, rules, self.runtime, where=where)
+            wrapper.__specnsys_injection__ = self  # type: ignore[attr-defined]
+            return wrapper
 
         return wrap
+
+    # --- subclasses ---------------------------------------------------------------------------
+
+    def _follow_subclasses(self, site: _Site, base: type, attr: str) -> None:
+        """``subclasses = true``: wrap *attr* where a subclass of *base* defines its own (the
+        base's wrapper does not see an override), now and for subclasses defined later."""
+        for cls in _all_subclasses(base):
+            self._wrap_override(site, cls, attr)
+        original = base.__dict__.get("__init_subclass__")  # a classmethod, or inherited
+        injection = self
+
+        def init_subclass(cls: Any, /, **kwargs: Any) -> None:
+            if original is not None:
+                original.__get__(None, cls)(**kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
+            injection._wrap_override(site, cls, attr)
+
+        base.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
+        self.patch._add(base, "__init_subclass__", original is not None, original)
+
+    def _wrap_override(self, site: _Site, cls: type, attr: str) -> None:
+        own = cls.__dict__.get(attr)
+        if own is None or getattr(own, "__specnsys_injection__", None) is self:
+            return
+        try:
+            annotate.wrap_attr(cls, attr, self._wrapper_for(site), patch=self.patch)
+        except (TypeError, AttributeError) as exc:
+            self.reporter.warn_once(
+                site.entries[0], f"subclass {cls.__qualname__}",
+                f"{site.entries[0]}: cannot hook {cls.__module__}.{cls.__qualname__}.{attr}: {exc}",
+            )
 
     # --- objects ----------------------------------------------------------------------------
 
     def attach(self, rule: ObjectRule, obj: Any) -> None:
-        """Hook the methods named ``NAME.method`` on *obj*, the object *rule* selected."""
+        """Hook the methods named ``NAME.method`` on *obj*, the object *rule* selected (once:
+        an object selected again keeps the wrappers it has)."""
         self.selected.add(rule.entry)
-        for hook in self.object_hooks.get(rule.name, []):
-            where = f"{hook.target.text} ({type(obj).__name__} from {rule.factory.text})"
+        for method, site in self.object_sites.get(rule.name, {}).items():
+            own = getattr(obj, "__dict__", {}).get(method)
+            if getattr(own, "__specnsys_injection__", None) is self:
+                continue
+            where = f"{site.target.text} ({type(obj).__name__} from {rule.factory.text})"
             try:
                 annotate.wrap_attr(
-                    obj, hook.target.qualname, self._wrapping(hook, (), where), patch=self.patch
+                    obj, method, self._wrapping(site.target.key, site.hooks, (), where),
+                    patch=self.patch,
                 )
             except (TypeError, AttributeError) as exc:
-                self.reporter.warn_once(
-                    hook.entry, "attach",
-                    f"{hook.entry}: cannot hook {hook.target.qualname!r} of the "
-                    f"{type(obj).__name__} {rule.factory.text} returned: {exc}",
+                # said once, in the exit line with everything else that did not apply
+                self.attach_failures.setdefault(
+                    site.entries[0],
+                    f"cannot hook {method!r} of the {type(obj).__name__} {rule.factory.text} "
+                    f"gave ({exc})",
                 )
 
     # --- the exit report --------------------------------------------------------------------
@@ -168,30 +236,49 @@ class Injection:
             if name == MAIN and not main:
                 continue
             for site in sites:
-                if site.done:
+                if site.done or (site.optional and not site.why.startswith("cannot")):
                     continue
+                if self.config.requires and name not in sys.modules:
+                    continue  # a library's file: a module of it the program never used
                 why = site.why or (
                     f"module {name} was never imported (the script, or the module run with "
                     "python -m, is __main__)" if name not in sys.modules
                     else f"{site.target.text} was never defined"
                 )
                 clauses.update(dict.fromkeys(site.entries, why))
+        for entry, why in self.attach_failures.items():
+            clauses.setdefault(entry, why)
+        # A hook that was applied but never called is not reported (one file may serve a
+        # baseline and a speculative run, each calling only its own functions), and neither is
+        # an object its factory never built in this run: see notes().
+        return [f"{entry}: {why}" for entry, why in clauses.items()]
+
+    def notes(self, *, main: bool = True) -> list[str]:
+        """What applied but never happened in this run: objects never selected."""
+        out = []
         for rule in self.config.objects:
             if rule.factory.module == MAIN and not main:
                 continue
-            if rule.entry not in self.selected and rule.entry not in clauses:
+            if rule.entry not in self.selected:
                 how = f"call = {rule.call}" if rule.call else "the 'where' value"
                 if rule.call and rule.where:
                     how += " and the 'where' value"
-                clauses[rule.entry] = f"{rule.factory.text} never returned an object with {how}"
-        # A hook that was applied but never called is not reported: one file may serve a
-        # baseline and a speculative run, each calling only its own functions.
-        return [f"{entry}: {why}" for entry, why in clauses.items()]
+                if not rule.call and not rule.where:
+                    how = "any call"
+                out.append(f"{rule.entry}: {rule.factory.text} never gave an object "
+                           f"({how}) in this run")
+        return out
 
     def report_unmatched(self, *, main: bool = True) -> None:
+        if self.config.requires and self.config.requires not in sys.modules:
+            self.reporter.warn(f"{self.config.requires} was never imported: nothing annotated")
+            return
         clauses = self.unmatched(main=main)
         if clauses:
             self.reporter.warn("not applied in this process: " + "; ".join(clauses))
+        if os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+            for note in self.notes(main=main):
+                self.reporter.warn(note, kind="note")
 
     # --- install ----------------------------------------------------------------------------
 
@@ -215,6 +302,17 @@ class Injection:
             sys.meta_path.remove(self._finder)
         self._finder = None
         self.patch.undo()
+
+
+def _all_subclasses(base: type) -> list[type]:
+    seen: dict[type, None] = {}
+    stack: list[type] = list(base.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls not in seen:
+            seen[cls] = None
+            stack.extend(cls.__subclasses__())
+    return list(seen)
 
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -359,6 +457,14 @@ def install(
     return injection
 
 
+def _label(path: str) -> str:
+    """How warnings name the file: ``preset hf`` for a built-in preset, else its file name."""
+    from specnsys.inject.presets import preset_name
+
+    name = preset_name(path)
+    return f"preset {name}" if name else os.path.basename(path)
+
+
 def install_from_env() -> Injection | None:
     """What the bootstrap ``sitecustomize`` runs: the file named by ``SPECNSYS_ANNOTATE``.
 
@@ -373,19 +479,23 @@ def install_from_env() -> Injection | None:
     level = os.environ.get(DEPTH_ENV, "0")
     depth = int(level) if level.isdigit() else 0
     os.environ[DEPTH_ENV] = str(depth + 1)  # what this program's children inherit
-    label = os.path.basename(path)
+    label = _label(path)
+    auto = bool(os.environ.get(AUTO_ENV))
     try:
         config = load_config(path)
         emitter: Emitter | None = None
         log = os.environ.get(LOG_ENV)
         if log:
             emitter = LogEmitter(open(log, "a", encoding="utf-8", buffering=1))  # noqa: SIM115
-        injection = install(config, emitter=emitter, report_at_exit=False)
+        injection = install(config, emitter=emitter, report_at_exit=False,
+                            reporter=Reporter(label))
     except Exception as exc:
         Reporter(label).warn(f"annotations not applied: {' '.join(str(exc).split())}")
         return None
 
     def report() -> None:
+        if auto and config.requires and config.requires not in sys.modules:
+            return  # chosen by profile for programs that import it: this one does not
         applied = any(s.done for sites in injection.sites.values() for s in sites)
         if depth == 0 or applied:
             injection.report_unmatched(main=depth == 0)

@@ -6,6 +6,10 @@ It loads the specnsys this folder belongs to (whatever else the program's ``sys.
 the package's folder is on the path only for that import), installs the hooks, then runs the
 ``sitecustomize`` the program would have run without us, so an existing one still works.
 Nothing here may raise into the program: a failure is one warning line.
+
+When ``profile`` chose the file itself (``SPECNSYS_ANNOTATE_AUTO`` names the library it is for,
+``transformers``), nothing of specnsys is loaded until the program imports that library: a
+program that never does runs exactly as without us, and silently.
 """
 
 from __future__ import annotations
@@ -34,6 +38,21 @@ def _start() -> None:
             sys.path.remove(_ROOT)
 
 
+class _WhenImported:
+    """A ``sys.meta_path`` entry that finds nothing: the first time the library is looked up
+    it starts the injection, before the library's code runs. It stays in the list, inert
+    (removing an entry while the import system walks the list would skip the next one)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = False
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == self.name and not self.started:
+            self.started = True
+            _start()
+
+
 def _chain() -> None:
     """Run the next ``sitecustomize`` on the path, as Python would have without this one."""
     others = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
@@ -47,5 +66,9 @@ def _chain() -> None:
 
 # The folder has done its job once this module is imported: the program's path is its own again.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-_start()
+_auto = os.environ.get("SPECNSYS_ANNOTATE_AUTO")
+if _auto and _auto not in sys.modules:
+    sys.meta_path.insert(0, _WhenImported(_auto))
+else:
+    _start()
 _chain()
