@@ -308,7 +308,7 @@ def test_optional_entries_are_not_reported_when_missing(tmp_path: Path, mod: obj
 
 def test_proposals_from_an_expression_and_empty_steps(tmp_path: Path, mod: object) -> None:
     """``arg:scores.shape[1] - 1``: the real proposal length; a step that proposed nothing
-    gives no pair."""
+    gives a 0/0 pair (a sequence-step whose one token is the target's)."""
     name = mod.__name__  # type: ignore[attr-defined]
     injection, log, _ = _inject(tmp_path, f"""
         [[hook]]
@@ -322,7 +322,7 @@ def test_proposals_from_an_expression_and_empty_steps(tmp_path: Path, mod: objec
         one = type("One", (), {"shape": (1, 1, 32)})()
         mod.step(one, 0)  # type: ignore[attr-defined]
         assert _events(log) == ["mark proposed 4", "mark accepted 2", "mark tokens 3",
-                                "mark tokens 1"]
+                                "mark proposed 0", "mark accepted 0", "mark tokens 1"]
     finally:
         injection.uninstall()
 

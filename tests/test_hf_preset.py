@@ -215,6 +215,13 @@ def test_speculative_runs_find_draft_verify_sample_and_acceptance_by_position(
     assert acceptance["sequence_steps"] > 0 and len(acceptance["by_position"]) == K
     assert all(0 <= a <= 1 for a in acceptance["by_position"])
     assert acceptance["invalid_pairs"] == 0
+    # issue 29 on a loop we did not write: one pair per step (0/0 where nothing was
+    # proposed), no structural warning, draft forwards from the finest ranges there are
+    assert acceptance["sequence_steps"] == analysis["steps"]
+    assert not [w for w in analysis["warnings"] if w.startswith("annotation structure")]
+    assert analysis["draft_forwards_source"] == (
+        "proposed_marks" if name == "lookup" else "nested_draft_ranges"
+    )
     latency = analysis["latency"]
     assert latency["ttft_ns"]["count"] == latency["tpot_ns"]["count"] == 2  # first_token marks
 

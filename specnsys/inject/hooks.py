@@ -344,8 +344,8 @@ class _MarkReader:
                 )
             else:
                 for k, n in zip(proposed, accepted, strict=True):
-                    if k == 0 and n == 0:
-                        continue  # nothing offered (prompt lookup found no match): no pair
+                    # 0/0 is a step that offered nothing (prompt lookup found no match): a
+                    # sequence-step of its own, whose one token is the target's
                     try:
                         self.emitter.acceptance(k, n)
                     except ValueError as exc:

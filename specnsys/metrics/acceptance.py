@@ -64,19 +64,23 @@ def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
 def acceptance_from_pairs(pairs: pl.DataFrame) -> dict[str, Any] | None:
     """Statistics of a frame with integer columns ``proposed`` and ``accepted``.
 
-    Pairs with ``proposed < 1`` or ``accepted`` outside ``0..proposed`` are not counted (their
-    number is ``invalid_pairs``). None when no valid pair remains.
+    Pairs with ``proposed < 0`` or ``accepted`` outside ``0..proposed`` are not counted (their
+    number is ``invalid_pairs``); a ``0/0`` pair is a sequence-step that proposed nothing
+    (prompt lookup without a match: it still yields the target's token), counted in the
+    means and in ``steps_without_drafts``, never in a position. None without a pair that
+    proposed a draft.
     """
     valid = pairs.filter(
-        (pl.col("proposed") >= 1)
+        (pl.col("proposed") >= 0)
         & (pl.col("accepted") >= 0)
         & (pl.col("accepted") <= pl.col("proposed"))
     )
     steps = valid.height
-    if steps == 0:
+    drafting = valid.filter(pl.col("proposed") >= 1)
+    if drafting.height == 0:
         return None
-    k_max = int(valid["proposed"].max())  # type: ignore[arg-type]
-    k_values = sorted(int(v) for v in valid["proposed"].unique())
+    k_max = int(drafting["proposed"].max())  # type: ignore[arg-type]
+    k_values = sorted(int(v) for v in drafting["proposed"].unique())
     positions = pl.DataFrame({"i": list(range(1, k_max + 1))})
     survival = (
         valid.join(positions, how="cross")
@@ -123,6 +127,7 @@ def acceptance_from_pairs(pairs: pl.DataFrame) -> dict[str, Any] | None:
         ],
         "expected_tokens_per_step": tau(alpha, k),
         "invalid_pairs": pairs.height - steps,
+        "steps_without_drafts": steps - drafting.height,
     }
 
 

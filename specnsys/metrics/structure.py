@@ -7,9 +7,10 @@ not expect (docs/design.md#nesting-by-role):
   forward. A loop may hook each draft forward, each draft step (k forwards inside), or both
   nested; :func:`draft_forwards` counts the forwards a step really ran from the finest
   granularity the trace holds, and says which it used: the innermost ``draft`` ranges when
-  draft ranges nest (``nested_draft_ranges``), the draft ranges themselves when there are
-  more of them than speculative steps (``repeated_draft_ranges``), else the mean ``proposed``
-  mark per sequence-step times the draft ranges (``proposed_marks``).
+  draft ranges nest (``nested_draft_ranges``), the draft ranges themselves when there are at
+  least 1.5 per speculative step (``decode`` ranges, else ``verify``:
+  ``repeated_draft_ranges``), else the mean ``proposed`` mark per sequence-step times the
+  draft ranges (``proposed_marks``).
 * **Structure.** :func:`structural_warnings` turns the nesting facts of the breakdown and the
   counts of the analysis into one warning line each: a speculative run without ``verify`` or
   without ``draft``, decode steps the token or acceptance marks cannot account for, a
@@ -36,9 +37,13 @@ STRUCTURE_PREFIX = "annotation structure: "
 #: Where the draft forwards per step came from (``draft_forwards_source``), in the order tried.
 DRAFT_FORWARD_SOURCES = {
     "nested_draft_ranges": "the innermost draft ranges (draft ranges nest)",
-    "repeated_draft_ranges": "the draft ranges (more than one per speculative step)",
+    "repeated_draft_ranges": "the draft ranges (1.5 or more per speculative step)",
     "proposed_marks": "the proposed marks (mean drafts per sequence-step) per draft range",
 }
+
+#: Draft ranges per speculative step from which each draft range is one draft forward (a
+#: draft hooked per step has one per step; a first step named prefill adds a few).
+REPEATED = 1.5
 
 #: Decode steps may exceed what the marks imply by this much before a warning.
 STEP_TOLERANCE = 0.10
@@ -64,15 +69,14 @@ def draft_forwards(
     statistics (module docs)."""
     nest = nesting or {}
     drafts = int(counts.get("draft", 0))
-    verifies = int(counts.get("verify", 0))
-    steps = verifies or drafts
+    steps = int(counts.get("decode", 0)) or int(counts.get("verify", 0)) or drafts
     if drafts <= 0:
         return DraftForwards(None, None, None, "the run has no draft ranges")
     if nest.get("draft_nested") and int(nest.get("draft_leaves", 0)) > 0:
         total = float(nest["draft_leaves"])
         return DraftForwards(total, total / steps, "nested_draft_ranges")
-    if verifies and drafts > verifies:
-        return DraftForwards(float(drafts), drafts / verifies, "repeated_draft_ranges")
+    if drafts >= REPEATED * steps:
+        return DraftForwards(float(drafts), drafts / steps, "repeated_draft_ranges")
     if acceptance is not None and acceptance.get("sequence_steps"):
         per_range = float(acceptance["proposed_total"]) / float(acceptance["sequence_steps"])
         total = drafts * per_range
