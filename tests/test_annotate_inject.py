@@ -560,7 +560,8 @@ def test_the_fixture_s_hooks_under_the_bootstrap(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     steps = events.count("push decode")
-    assert events.count("push draft") == k * steps
+    assert events.count("push draft") == k * steps + 1  # + the warm-up forward, before request 0
+    assert events.index("push draft") < events.index("start request 0")
     assert events.count("push verify") == steps
     accepted = [int(e.split()[-1]) for e in events if e.startswith("mark accepted")]
     tokens = [int(e.split()[-1]) for e in events if e.startswith("mark tokens")]

@@ -135,26 +135,28 @@ def test_everything_inside_a_draft_is_draft_and_counted_once(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    ("drafts", "draft_wall", "forwards", "source"),
+    ("drafts", "draft_wall", "forwards", "source", "one_forward"),
     [
-        ("both", 280, 8, "nested_draft_ranges"),
-        ("forward", 2 * (3 * 30 + 25), 8, "repeated_draft_ranges"),
-        ("step", 280, 8, "proposed_marks"),
+        # nested: the innermost ranges time one forward apart (30, 30, 30, 25)
+        ("both", 280, 8, "nested_draft_ranges", (3 * 30 + 25) / 4),
+        ("forward", 2 * (3 * 30 + 25), 8, "repeated_draft_ranges", 2 * (3 * 30 + 25) / 8),
+        ("step", 280, 8, "proposed_marks", 280 / 8),
     ],
 )
 def test_one_draft_forward_is_found_whatever_the_hook_style(
-    tmp_path: Path, drafts: str, draft_wall: int, forwards: int, source: str
-) -> None:
-    """c = draft time / the draft forwards the steps ran / one verify, each style from its own
-    finest ranges: both nested (the leaves), per forward (more draft ranges than steps), per
-    step (the proposed marks: 4 drafts per sequence-step)."""
+    tmp_path: Path, drafts: str, draft_wall: int, forwards: int, source: str,
+    one_forward: float,
+) -> None:  # fmt: skip
+    """c = one draft forward / one verify, each style from its own finest ranges: both nested
+    (the leaves' mean), per forward (more draft ranges than steps: draft time / forwards), per
+    step (draft time / the proposed marks' 4 drafts per sequence-step)."""
     a = _spec(drafts).analyze(tmp_path)
     assert a.draft_forwards_source == source
     assert a.draft_forwards_per_step == pytest.approx(forwards / 2)
     assert a.phases["draft"]["wall_ns"] == draft_wall
-    assert a.per_range_ns["draft_forward_ns"] == pytest.approx(draft_wall / forwards)
+    assert a.per_range_ns["draft_forward_ns"] == pytest.approx(one_forward)
     assert a.per_range_ns["draft_step_ns"] == pytest.approx(draft_wall / 2)
-    assert a.draft_cost_ratio == pytest.approx((draft_wall / forwards) / 130)
+    assert a.draft_cost_ratio == pytest.approx(one_forward / 130)
     doc = a.to_dict()
     assert doc["draft_forwards_per_step"] == pytest.approx(forwards / 2)
     assert doc["draft_forwards_source"] == source

@@ -33,6 +33,7 @@ __all__ = ["NESTING_KEYS", "nesting_facts"]
 NESTING_KEYS = (
     "draft_ranges",
     "draft_leaves",
+    "draft_leaf_ns",
     "draft_nested",
     "reassigned",
     "verify_in_draft",
@@ -81,6 +82,7 @@ def nesting_facts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> d
     * ``draft_ranges`` -- counted ``draft`` ranges (nested draft ranges count once);
     * ``draft_leaves`` -- ranges named ``draft`` that are draft work and hold no range named
       ``draft`` (a draft forward when the loop hooks them);
+    * ``draft_leaf_ns`` -- the leaves' summed durations (unclosed ones to the window end);
     * ``draft_nested`` -- whether some draft range holds another (leaves finer than steps);
     * ``reassigned`` -- ``{"named->phase": n}``: ranges whose nesting gave them another phase;
     * ``verify_in_draft`` / ``draft_in_verify`` -- structural errors, counts;
@@ -91,6 +93,7 @@ def nesting_facts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> d
     empty: dict[str, Any] = {
         "draft_ranges": 0,
         "draft_leaves": 0,
+        "draft_leaf_ns": 0,
         "draft_nested": False,
         "reassigned": {},
         "verify_in_draft": 0,
@@ -104,7 +107,8 @@ def nesting_facts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> d
         (pl.col("gtid") == gtid) & (pl.col("s") >= ws) & (pl.col("s") < we)
     ).select(
         pl.col("named").cast(pl.String), pl.col("phase").cast(pl.String), "role", "srn", "ern",
-        "counted", "leaf",
+        "counted", "leaf", (pl.min_horizontal(pl.col("e").fill_null(we), pl.lit(we)) - pl.col("s"))
+        .alias("ns"),
     )  # fmt: skip
     if mine.height == 0:
         return empty
@@ -129,6 +133,7 @@ def nesting_facts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> d
     return {
         "draft_ranges": int(mine.filter(is_draft_work & pl.col("counted")).height),
         "draft_leaves": int(named_draft.filter(pl.col("leaf")).height),
+        "draft_leaf_ns": int(named_draft.filter(pl.col("leaf"))["ns"].sum()),
         "draft_nested": bool(named_draft.filter(~pl.col("leaf")).height > 0),
         "reassigned": _counts(moved, "move") if moved.height else {},
         "verify_in_draft": int(verify_in_draft.height),

@@ -468,7 +468,8 @@ def _analyze(
         "forward_ns": _per_range(phases, "forward"),
         "verify_ns": _per_range(phases, "verify"),
         "draft_step_ns": draft_wall / steps_drafted if draft_wall and steps_drafted else None,
-        "draft_forward_ns": draft_wall / forwards.total if draft_wall and forwards.total else None,
+        "draft_forward_ns": forwards.forward_ns
+        or (draft_wall / forwards.total if draft_wall and forwards.total else None),
     }
     c: float | None = None
     if mode == "spec":

@@ -59,6 +59,10 @@ class DraftForwards:
     per_step: float | None
     source: str | None
     reason: str | None = None
+    forward_ns: float | None = None
+    """One draft forward when the trace times it apart (the innermost ranges of nested
+    draft ranges: their mean duration, without the step's own work and the outer hook);
+    else None, and one draft forward is the draft time over ``total``."""
 
 
 def draft_forwards(
@@ -74,7 +78,8 @@ def draft_forwards(
         return DraftForwards(None, None, None, "the run has no draft ranges")
     if nest.get("draft_nested") and int(nest.get("draft_leaves", 0)) > 0:
         total = float(nest["draft_leaves"])
-        return DraftForwards(total, total / steps, "nested_draft_ranges")
+        forward = float(nest.get("draft_leaf_ns", 0)) / total or None
+        return DraftForwards(total, total / steps, "nested_draft_ranges", forward_ns=forward)
     if drafts >= REPEATED * steps:
         return DraftForwards(float(drafts), drafts / steps, "repeated_draft_ranges")
     if acceptance is not None and acceptance.get("sequence_steps"):
