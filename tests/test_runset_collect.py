@@ -178,7 +178,8 @@ def test_only_failures_is_exit_2_in_one_line(tmp_path: Path) -> None:
         (["--label", "k"], "write it as name=value"),
         (["--label", "1k=2"], "is not a label name"),
         (["--pattern", "run"], "no {name} placeholder"),
-        (["--workers", "0"], "--workers must be at least 1"),
+        (["--workers", "0"], "workers must be at least 1 (1 to 256)"),
+        (["--workers", "100000"], "workers must be at most 256 (1 to 256)"),
     ],
 )
 def test_bad_options_are_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specnsys import api
+from specnsys.cli.common import ROWS_LIMIT, rows_arg
 from specnsys.report.projection_text import render_frame_json, render_ranges_text
 
 
@@ -22,7 +23,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="rows per range text (text, the default: as nsys) or per name (name: texts that "
         "differ only by per-call decoration such as torch's ', op_id = N' are one row)",
     )
-    p.add_argument("--max-rows", type=int, default=30, help="rows in the table (default 30)")
+    p.add_argument("--max-rows", type=rows_arg, default=30,
+                   help=f"rows in the table (default 30, at most {ROWS_LIMIT:,})")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
