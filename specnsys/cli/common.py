@@ -7,6 +7,7 @@ Commands import this module and :mod:`specnsys.api`, never each other.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -98,6 +99,19 @@ ANALYSIS_WINDOW_HELP = (
 
 def add_analysis_window_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", metavar="RULE", help=ANALYSIS_WINDOW_HELP)
+
+
+def add_wide_argument(p: argparse.ArgumentParser, names: str) -> None:
+    p.add_argument("--wide", action="store_true",
+                   help=f"whole {names} in the table, never cut with '…' (the default when "
+                   "stdout is not a terminal: piped or redirected, as nsys stats prints them)")  # fmt: skip
+
+
+def name_width(args: argparse.Namespace, width: int) -> int | None:
+    """The width names are cut to in a text table: *width* on a terminal, None (whole) with
+    ``--wide`` or when stdout is a pipe or a file, where a cut name only loses information."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    return width if not args.wide and isatty is not None and isatty() else None
 
 
 def add_window_argument(p: argparse.ArgumentParser) -> None:
