@@ -311,7 +311,11 @@ class CheckResult:
                     "regressed": g.regressed,
                     "total": g.total,
                     "phases": g.phases,
-                    "moved": [p for p in g.phases if p.get("moved_to")],
+                    "moves": [
+                        {"from": p["phase"], "to": to, "time": time}
+                        for p in g.phases
+                        for to, time in p["moved_to"].items()
+                    ],
                 }
                 for g in self.groups
             ],
@@ -416,8 +420,8 @@ def _phase_line(p: dict[str, Any], unit: str, gates: Gates) -> str | None:
         f"noise {p['noise']:.1%}"
     )
     if p["regressed"]:
-        beyond = "; beyond the moved time: " if moves else ": "
-        return f"{head}: {'; '.join(moves)}{beyond}{gates_text}; regressed"
+        moved = f"{'; '.join(moves)}; beyond the moved time: " if moves else ""
+        return f"{head}: {moved}{gates_text}; regressed"
     if moves:
         kind = "renamed or re-ruled, not a regression"
         return f"{head}: {'; '.join(moves)} (the ranges moved too: {kind})"
