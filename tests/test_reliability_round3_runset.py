@@ -116,6 +116,26 @@ def test_a_table_folder_linked_outside_the_dataset_is_not_written(tmp_path: Path
     assert sorted(p.name for p in elsewhere.iterdir()) == [f"run_id={run_id}"]
 
 
+def test_stale_partitions_are_not_cleaned_through_a_link_out_of_the_dataset(
+    tmp_path: Path,
+) -> None:
+    """``DATASET/phases`` a link to a folder of someone else's holding a ``run_id=...`` folder
+    the manifest does not list: the clean-up of stale partitions removed it (here: a collect
+    whose only trace fails, so no partition of that table is written first)."""
+    _, dataset, _ = _collected(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(dataset / "phases", elsewhere)
+    (dataset / "phases").symlink_to(elsewhere)
+    theirs = elsewhere / "run_id=0123456789abcdef"
+    theirs.mkdir()
+    (theirs / "results.parquet").write_bytes(b"theirs")
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"not an export")
+    line = _one_line_error(_cli("collect", str(broken), "-o", str(dataset)))
+    assert "outside the dataset" in line and "not cleaned" in line, line
+    assert (theirs / "results.parquet").read_bytes() == b"theirs"
+
+
 # ---------------------------------------------------------------- (j) malformed manifests
 
 

@@ -311,10 +311,16 @@ class Dataset:
 
     def _remove_stale_partitions(self, keep: set[str]) -> None:
         """Partitions of runs the manifest no longer has, and leftovers of a killed collect."""
+        root = self.root.resolve()
         for table in TABLES:
             folder = self.root / table
             if not folder.is_dir():
                 continue
+            if folder.resolve() != root / table:  # a link out of the dataset: not ours to clean
+                raise BadInputError(
+                    f"{folder}: resolves to {folder.resolve()}, outside the dataset {root}; "
+                    "not cleaned"
+                )
             for entry in folder.iterdir():
                 stale = entry.name.startswith((".tmp-", ".old-")) or (
                     entry.name.startswith("run_id=") and entry.name[7:] not in keep
