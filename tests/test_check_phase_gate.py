@@ -207,3 +207,17 @@ def test_bad_gate_values_are_one_line_exit_2(tmp_path: Path, option: str, value:
     done = _cli(str(base), str(base), f"{option}={value}")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith(f"specnsys: error: {option} ") and done.stderr.count("\n") == 1
+
+
+def test_a_new_phase_that_took_no_time_from_another_is_judged_by_the_phase_gate(
+    tmp_path: Path,
+) -> None:
+    """A kv phase of 3 % of the total appears and the total grows by as much: no time left
+    another phase, so it is no move, and a phase with no baseline time beyond the floor is
+    beyond any relative gate."""
+    base = _trace(tmp_path / "base.sqlite", _step(111))
+    cand = _trace(tmp_path / "cand.sqlite", [*_step(111), ("kv", 30)])
+    done = _cli(str(base), str(cand))
+    assert done.returncode == 1, done.stdout
+    assert ("  kv: 0 -> 30 ns/token: a new phase (phase gate 20.0%), +3.0% of the total "
+            "(total gate 5.0%), noise 0.0%; regressed") in done.stdout  # fmt: skip
