@@ -30,7 +30,7 @@ from typing import BinaryIO
 
 from specnsys.errors import BadInputError, OutputError, SpecnsysError
 
-__all__ = ["Content", "read_small_text", "write_files"]
+__all__ = ["Content", "WriteError", "read_small_text", "write_files"]
 
 Content = bytes | Callable[[BinaryIO], None]
 """What :func:`write_files` writes to a target: its bytes, or a function that writes them to
@@ -137,5 +137,14 @@ def _umask() -> int:
     return mask
 
 
-def _cannot_write(target: Path, exc: OSError) -> OutputError:
-    return OutputError(f"cannot write to {target}: {exc.strerror or exc}")
+class WriteError(OutputError):
+    """A target of :func:`write_files` could not be written; *reason* is the system's word
+    for why (a caller that words its own line, like a dataset's, uses it)."""
+
+    def __init__(self, target: Path, reason: str) -> None:
+        super().__init__(f"cannot write to {target}: {reason}")
+        self.reason = reason
+
+
+def _cannot_write(target: Path, exc: OSError) -> WriteError:
+    return WriteError(target, str(exc.strerror or exc))

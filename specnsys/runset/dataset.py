@@ -38,7 +38,7 @@ import polars as pl
 
 from specnsys.errors import BadInputError, OutputError
 from specnsys.runset.labels import LABEL_NAME
-from specnsys.small_files import write_files
+from specnsys.small_files import WriteError, write_files
 
 __all__ = [
     "MANIFEST",
@@ -487,6 +487,8 @@ def _writing(root: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise OutputError(f"{root}: cannot write the dataset: {exc.strerror or exc}") from None
+    except WriteError as exc:  # the manifest, through write_files
+        raise OutputError(f"{root}: cannot write the dataset: {exc.reason}") from None
 
 
 def _check_creatable(root: Path) -> None:
