@@ -352,9 +352,9 @@ def test_an_interrupt_while_a_run_is_written_takes_effect_once_it_is_recorded(
     monkeypatch.setattr(Dataset, "_replace_partition", replace_then_interrupt)
     store = Dataset(tmp_path / "ds")
     with pytest.raises(KeyboardInterrupt):
-        store.write_run("r1", record)
+        store.write_run("0123456789abcdef", record)  # a run id: 16 hex digits
     assert written == ["phases", "steps", "requests"]
-    assert list(store.manifest["runs"]) == ["r1"]
+    assert list(store.manifest["runs"]) == ["0123456789abcdef"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
