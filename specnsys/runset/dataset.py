@@ -22,6 +22,7 @@ collect redoes what is missing.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -330,16 +331,14 @@ class Dataset:
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
-    """``frame.write_parquet``, an I/O failure raised as the OSError it is: Polars reports a
-    full disk as a ComputeError ("underlying IO error: File too large (os error 27)"), which
-    would otherwise be an internal error rather than an output that cannot be written."""
-    try:
-        frame.write_parquet(path)
-    except pl.exceptions.ComputeError as exc:
-        m = re.search(r"IO error: (.*?)(?: \(os error (\d+)\))?$", str(exc).splitlines()[0])
-        if m is None:
-            raise
-        raise OSError(int(m.group(2) or 0), m.group(1)) from None
+    """*frame* as Parquet at *path*, encoded in memory and written by Python, so that a full
+    disk is the OSError it is: Polars writing a file itself reports it as a ComputeError
+    whose words depend on where the write stopped ("underlying IO error: File too large",
+    "Invalid thrift: transport error"), which was an internal error (exit 3). A partition is
+    one run's rows: small."""
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer)
+    path.write_bytes(buffer.getbuffer())
 
 
 def _empty_manifest() -> dict[str, Any]:
