@@ -270,6 +270,12 @@ def test_pid_text_has_no_ranks_block_and_json_a_null_section(tmp_path: Path) -> 
     full = _cli("analyze", str(path))
     assert full.returncode == 0 and full.stderr == ""
     assert "2 processes ran GPU work or phase ranges" in full.stdout
+    # which process the figures are of, why that one, and how to choose another (issue 30)
+    assert (
+        f"the figures above are process {min(pid_of(0), pid_of(1))}'s (the process with the most phase "
+        "ranges, ties to the lowest pid; --pid PID analyzes another, phases --all-processes "
+        "shows each in full)"
+    ) in " ".join(full.stdout.split())
     assert (
         f"straggler: rank 1 (pid {pid_of(1)}, worker1): its decode steps end a median 25 ns "
         "(max 40 ns) after the earliest rank's (1.39% of its time per step), over 4 steps "
@@ -435,3 +441,28 @@ def _innermost_ops(
             name = re.sub(r",\s*(seq|op_id)\s*=\s*\d+", "", r["name"])
             out[name] = out.get(name, 0) + own
     return out
+
+
+def test_the_default_process_of_a_trace_without_phase_ranges_is_the_busiest_on_the_gpu(
+    tmp_path: Path,
+) -> None:
+    """No NVTX at all: the figures are those of the process with the most GPU ops, and the
+    text says that rule (docs/design.md "Scope") and how to choose another."""
+    b = NsysExportBuilder()
+    corr = 0
+    for pid, kernels in ((10, 2), (20, 5)):
+        b.process(pid, f"worker{pid}")
+        b.thread(pid, pid, "main")
+        b.gpu(pid // 10 - 1)
+        for i in range(kernels):
+            corr += 1
+            t = 1000 * i
+            b.runtime(t, t + 10, "cudaLaunchKernel_v7000", corr, pid=pid, tid=pid)
+            b.kernel(t + 20, t + 500, "gemm", corr, pid=pid, device=pid // 10 - 1)
+    path = b.write(tmp_path / "two.sqlite")
+    done = _cli("analyze", str(path))
+    assert done.returncode == 0, done.stderr
+    assert (
+        "the figures above are process 20's (no process has phase ranges: the one with the "
+        "most GPU ops; --pid PID analyzes another"
+    ) in " ".join(done.stdout.split())

@@ -53,7 +53,10 @@ def test_a_slower_sample_is_a_regression_named_by_phase(tmp_path: Path) -> None:
     assert (top["phase"], top["regressed"]) == ("sample", True)
     assert top["change_of_total"] == pytest.approx(0.10)
     assert [p["phase"] for p in group.phases if p["regressed"]] == ["sample"]
-    assert not check(base, slow, max_regression=0.15).regressed  # within a wider tolerance
+    assert top["gates"] == {"total": True, "phase": True}  # +10% of the total, +50% of its own
+    # within wider tolerances (both gates: the phase gate alone still catches +50 %)
+    assert check(base, slow, max_regression=0.15).regressed
+    assert not check(base, slow, max_regression=0.15, max_phase_regression=0.6).regressed
 
 
 def test_the_cli_exits_1_on_a_regression_and_0_on_the_same_run(tmp_path: Path) -> None:
@@ -142,23 +145,27 @@ def _capture(out: Path, *extra: str) -> Path:
 def test_an_injected_sample_delay_is_caught_and_a_repeat_passes(tmp_path: Path) -> None:
     """Real captures: two repeats of a configuration pass against each other; the same
     configuration with 5 ms slept in every step's sample phase (several times a step's own
-    cost) fails, naming sample. The gate is 50%. The runs are long enough (256 tokens, one
-    warm-up request) for repeats to agree: four repeats per token 956k-1,098k ns (15 %), where
-    the earlier 64-token runs without warm-up scattered 596k-1,004k ns (68 %) and the repeat
-    failed the gate once in this session."""
+    cost) fails, naming sample. The total gate is 50 %, the phase gate 500 %: one run per side
+    has no noise band, and a phase of these CPU runs scatters more than their total (four
+    repeats on the loaded 2-core machine of issue 30: phases of at least 1 % of the total
+    moved by up to +199 % between repeats (decode's exclusive time, 3 % of the total; prefill,
+    8 ranges, +115 %), while the delayed sample grew by +2,400 % to +4,100 %). The runs are long
+    enough (256 tokens, one warm-up request) for repeats to agree: four repeats per token
+    956k-1,098k ns (15 %), where the earlier 64-token runs without warm-up scattered
+    596k-1,004k ns (68 %) and the repeat failed the gate once in this session."""
     pytest.importorskip("torch")
     base = _capture(tmp_path / "base_r1")
     repeat = _capture(tmp_path / "base_r2")
     slow = _capture(tmp_path / "slow", "--sample-delay-ms", "5")
     same = subprocess.run(
         [sys.executable, "-m", "specnsys", "check", str(base), str(repeat),
-         "--max-regression", "50%", "--json"],
+         "--max-regression", "50%", "--max-phase-regression", "500%", "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert same.returncode == 0, same.stdout + same.stderr
     caught = subprocess.run(
         [sys.executable, "-m", "specnsys", "check", str(base), str(slow),
-         "--max-regression", "50%", "--json"],
+         "--max-regression", "50%", "--max-phase-regression", "500%", "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert caught.returncode == 1, caught.stdout + caught.stderr
@@ -189,4 +196,4 @@ def test_check_on_a_trace_without_specnsys_ranges_says_which_rules_it_used(
     group = json.loads(done.stdout)["groups"][0]
     assert group["basis"].startswith("ns_per_run")  # no tokens: the unit says so
     assert "EngineCore.step" in {p["phase"] for p in group["phases"]}
-    assert "(--rules nvtx applied)" in done.stderr and "specnsys: warning: " in done.stderr
+    assert "(--rules nvtx applied" in done.stderr and "specnsys: warning: " in done.stderr

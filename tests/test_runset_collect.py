@@ -178,7 +178,8 @@ def test_only_failures_is_exit_2_in_one_line(tmp_path: Path) -> None:
         (["--label", "k"], "write it as name=value"),
         (["--label", "1k=2"], "is not a label name"),
         (["--pattern", "run"], "no {name} placeholder"),
-        (["--workers", "0"], "--workers must be at least 1"),
+        (["--workers", "0"], "workers must be at least 1 (1 to 256)"),
+        (["--workers", "100000"], "workers must be at most 256 (1 to 256)"),
     ],
 )
 def test_bad_options_are_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -351,9 +352,9 @@ def test_an_interrupt_while_a_run_is_written_takes_effect_once_it_is_recorded(
     monkeypatch.setattr(Dataset, "_replace_partition", replace_then_interrupt)
     store = Dataset(tmp_path / "ds")
     with pytest.raises(KeyboardInterrupt):
-        store.write_run("r1", record)
+        store.write_run("0123456789abcdef", record)  # a run id: 16 hex digits
     assert written == ["phases", "steps", "requests"]
-    assert list(store.manifest["runs"]) == ["r1"]
+    assert list(store.manifest["runs"]) == ["0123456789abcdef"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from specnsys.cli.common import add_rules_argument
+from specnsys.cli.common import WORKERS_LIMIT, add_rules_argument, count_arg
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "first that matches a file's stem is used)",
     )  # fmt: skip
     p.add_argument("--pid", type=int, help="process to analyze in every trace")
-    p.add_argument("--workers", type=int, help="parallel analyses (default: CPU count)")
+    p.add_argument("--workers", type=count_arg("workers", 1, WORKERS_LIMIT),
+                   help=f"parallel analyses (default: CPU count; 1 to {WORKERS_LIMIT})")  # fmt: skip
     p.add_argument(
         "--dask", metavar="ADDRESS",
         help="run on Dask: tcp://HOST:PORT of a scheduler, or 'local' for a LocalCluster "
@@ -43,12 +44,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specnsys.errors import UsageError
     from specnsys.runset.collect import collect
     from specnsys.runset.labels import Labeler
 
-    if args.workers is not None and args.workers < 1:
-        raise UsageError("--workers must be at least 1")
     labeler = Labeler(csv_path=args.labels, options=args.label, patterns=args.pattern)
     result = collect(
         args.inputs, args.output, labeler=labeler, rules=args.rules, pid=args.pid,

@@ -1,5 +1,5 @@
 """What several commands share: the ``--rules``, ``--window``, ``--tokens`` and
-``--same-output`` arguments, the output checks.
+``--same-output`` arguments, the bounds of every count argument, the output checks.
 
 Commands import this module and :mod:`specnsys.api`, never each other.
 """
@@ -7,7 +7,8 @@ Commands import this module and :mod:`specnsys.api`, never each other.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from specnsys.errors import UsageError
@@ -24,15 +25,45 @@ def add_rules_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules", metavar="RULES", help=RULES_HELP)
 
 
-def tokens_arg(text: str) -> int:
-    """A positive whole number of output tokens."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the output tokens must be at least 1")
-    return n
+#: The bounds of the count arguments: far past any real use, and small enough that no count
+#: makes a command run for hours (``whatif --k 1000000000`` did) or overflow int64 in a query
+#: (``sql --max-rows 1e20`` was reported as an SQL error).
+K_LIMIT = 1024
+"""--k, --k-max: drafts per step (the best-k search tries 1..64 by default)."""
+ROWS_LIMIT = 1_000_000
+"""--max-rows of a text table (--format csv or --json give every row)."""
+WORKERS_LIMIT = 256
+"""collect --workers: parallel analyses, each a process of its own."""
+TOKENS_LIMIT = 10**12
+"""--tokens: output tokens of one run."""
+
+
+def count_arg(what: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of *what* in ``low..high``, else one line naming the
+    allowed range (exit 2)."""
+    allowed = f"({low:,} to {high:,})"
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number of {what} {allowed}"
+            ) from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} must be at least {low:,} {allowed}")
+        if n > high:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} must be at most {high:,} {allowed}")
+        return n
+
+    parse.__name__ = what  # argparse names the type in its own messages
+    return parse
+
+
+tokens_arg = count_arg("tokens", 1, TOKENS_LIMIT)
+"""A positive whole number of output tokens."""
+k_arg = count_arg("drafts per step", 1, K_LIMIT)
+rows_arg = count_arg("rows", 0, ROWS_LIMIT)
 
 
 def add_tokens_argument(
@@ -68,6 +99,19 @@ ANALYSIS_WINDOW_HELP = (
 
 def add_analysis_window_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", metavar="RULE", help=ANALYSIS_WINDOW_HELP)
+
+
+def add_wide_argument(p: argparse.ArgumentParser, names: str) -> None:
+    p.add_argument("--wide", action="store_true",
+                   help=f"whole {names} in the table, never cut with '…' (the default when "
+                   "stdout is not a terminal: piped or redirected, as nsys stats prints them)")  # fmt: skip
+
+
+def name_width(args: argparse.Namespace, width: int) -> int | None:
+    """The width names are cut to in a text table: *width* on a terminal, None (whole) with
+    ``--wide`` or when stdout is a pipe or a file, where a cut name only loses information."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    return width if not args.wide and isatty is not None and isatty() else None
 
 
 def add_window_argument(p: argparse.ArgumentParser) -> None:

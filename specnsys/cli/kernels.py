@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 
 from specnsys import api
-from specnsys.report.projection_text import render_frame_json, render_kernels_text
+from specnsys.cli.common import ROWS_LIMIT, add_wide_argument, name_width, rows_arg
+from specnsys.report.projection_text import (
+    KERNEL_NAME_WIDTH,
+    render_frame_json,
+    render_kernels_text,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,7 +23,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(template instantiations merge) or the demangled name (default: per name, grid, "
         "block, as nsys gpukernsum)",
     )
-    p.add_argument("--max-rows", type=int, default=30, help="rows in the table (default 30)")
+    p.add_argument("--max-rows", type=rows_arg, default=30,
+                   help=f"rows in the table (default 30, at most {ROWS_LIMIT:,})")  # fmt: skip
+    add_wide_argument(p, "kernel names")
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
@@ -28,6 +35,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(render_frame_json(table.frame, **table.header))
     else:
-        print(render_kernels_text(table.frame, args.max_rows))
+        print(render_kernels_text(table.frame, args.max_rows, name_width(args, KERNEL_NAME_WIDTH)))
     api.warn(table)
     return 0

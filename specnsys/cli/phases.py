@@ -6,9 +6,15 @@ import argparse
 import json
 
 from specnsys import api
-from specnsys.cli.common import RULES_HELP, add_analysis_window_argument
+from specnsys.cli.common import (
+    RULES_HELP,
+    add_analysis_window_argument,
+    add_wide_argument,
+    name_width,
+)
 from specnsys.report.analyze_text import straggler_line
 from specnsys.report.phases_text import (
+    PHASE_NAME_WIDTH,
     categories_dict,
     phases_dict,
     render_categories_text,
@@ -35,6 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="every process that launched GPU work or has phase ranges (tensor-parallel ranks, "
         "engine core), each over its own window, with NCCL time per phase and the straggler",
     )
+    add_wide_argument(p, "phase names")
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
@@ -45,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         by=args.by, all_processes=args.all_processes, window=args.window,
     )  # fmt: skip
     if result.ranks is not None:
-        print(json.dumps(result.to_dict(), indent=2) if args.json else _ranks_text(result))
+        width = name_width(args, PHASE_NAME_WIDTH)
+        print(json.dumps(result.to_dict(), indent=2) if args.json else _ranks_text(result, width))
         api.warn(result)
         return 0
     categories = result.categories
@@ -55,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
             doc["categories"] = categories_dict(categories)
         print(json.dumps(doc, indent=2))
     else:
-        print(render_phases_text(result.breakdown, result.not_available))
+        width = name_width(args, PHASE_NAME_WIDTH)
+        print(render_phases_text(result.breakdown, result.not_available, name_width=width))
         if categories is not None:
             print()
             print(render_categories_text(categories))
@@ -63,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ranks_text(result: api.Phases) -> str:
+def _ranks_text(result: api.Phases, width: int | None) -> str:
     """Each process's table (``render_phases_text``) with its rank, NCCL time and lag, then
     the union window and the straggler."""
     doc = result.to_dict()
@@ -85,7 +94,8 @@ def _ranks_text(result: api.Phases) -> str:
             head += "\nNCCL launched in: " + ", ".join(
                 f"{n} {ns / 1e6:.3f} ms" for n, ns in by_phase[:3]
             ) + (f", {len(by_phase) - 3} more phases" if len(by_phase) > 3 else "")
-        blocks.append(head + "\n" + render_phases_text(rank.breakdown, result.not_available))
+        text = render_phases_text(rank.breakdown, result.not_available, name_width=width)
+        blocks.append(head + "\n" + text)
     tail = (
         f"{doc['processes']} processes (ranks {doc['order']}); together "
         f"{doc['window_ns'] / 1e6:.3f} ms ({doc['window_of']})\n"

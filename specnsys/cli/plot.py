@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specnsys.report.output import write_files
+    from specnsys.small_files import write_files
 
     out = check_output(args.output, FORMATS, args.traces)
     data_out = check_output(args.data, ("json",), args.traces) if args.data else None

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 
 from specnsys import api
-from specnsys.report.projection_text import render_frame_json, render_ranges_text
+from specnsys.cli.common import ROWS_LIMIT, add_wide_argument, name_width, rows_arg
+from specnsys.report.projection_text import (
+    RANGE_NAME_WIDTH,
+    render_frame_json,
+    render_ranges_text,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,7 +27,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="rows per range text (text, the default: as nsys) or per name (name: texts that "
         "differ only by per-call decoration such as torch's ', op_id = N' are one row)",
     )
-    p.add_argument("--max-rows", type=int, default=30, help="rows in the table (default 30)")
+    p.add_argument("--max-rows", type=rows_arg, default=30,
+                   help=f"rows in the table (default 30, at most {ROWS_LIMIT:,})")  # fmt: skip
+    add_wide_argument(p, "range names")
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
@@ -36,6 +43,6 @@ def run(args: argparse.Namespace) -> int:
     elif args.instances:
         print(table.frame.head(args.max_rows))
     else:
-        print(render_ranges_text(table.frame, args.max_rows))
+        print(render_ranges_text(table.frame, args.max_rows, name_width(args, RANGE_NAME_WIDTH)))
     api.warn(table)
     return 0

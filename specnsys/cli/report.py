@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specnsys.report.output import write_files
+    from specnsys.small_files import write_files
 
     inputs = [args.trace] + ([args.baseline] if args.baseline else [])
     out = check_output(args.output, ("html", "htm"), inputs)

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import sys
 import threading
 import warnings
@@ -32,10 +33,12 @@ from typing import TYPE_CHECKING, cast
 
 import polars as pl
 
+from specnsys.cli.common import ROWS_LIMIT, rows_arg
 from specnsys.errors import UsageError
 from specnsys.ingest import cache, open_trace
 from specnsys.ingest.arrow_values import to_arrow
 from specnsys.ingest.readonly_sql import check_output_path, lock_down
+from specnsys.small_files import write_files
 
 if TYPE_CHECKING:
     import duckdb
@@ -72,8 +75,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
     p.add_argument("-o", "--output", type=Path, help="write the result to this file")
     p.add_argument(
-        "--max-rows", type=_count, default=50, help="rows shown in table format (default 50)"
-    )
+        "--max-rows", type=rows_arg, default=50,
+        help=f"rows shown in table format (default 50, at most {ROWS_LIMIT:,}; --format csv "
+        "gives every row)",
+    )  # fmt: skip
     p.add_argument(
         "--timeout",
         type=_seconds,
@@ -81,16 +86,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="stop the query after this many seconds (exit status 2)",
     )
     p.set_defaults(run=run)
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count of rows (0 or more)")
-    return value
 
 
 def _seconds(text: str) -> float:
@@ -190,10 +185,34 @@ def _answering(con: duckdb.DuckDBPyConnection, timeout: float | None) -> Iterato
     except duckdb.OutOfMemoryException:
         raise
     except duckdb.Error as exc:
-        raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"SQL error: {one_line(str(exc))}") from None
     finally:
         if timer is not None:
             timer.cancel()
+
+
+_LINE = re.compile(r"^LINE (\d+): ?(.*)$")
+
+
+def one_line(message: str) -> str:
+    """DuckDB's whole error *message* as one line: its lines joined, the hint ("Candidate
+    bindings: ...", "Did you mean ...?") kept, and the ``LINE n: <query line>`` with the caret
+    line under it said as ``(at line n, column c: <query line>)``, since a caret means nothing
+    once the lines are joined."""
+    lines = [line.rstrip() for line in message.splitlines()]
+    parts: list[str] = []
+    where = ""
+    for i, line in enumerate(lines):
+        m = _LINE.match(line)
+        if m is None:
+            if line.strip() and not set(line.strip()) <= {"^"}:
+                parts.append(" ".join(line.split()))
+            continue
+        below = lines[i + 1] if i + 1 < len(lines) else ""
+        column = below.find("^") - (len(line) - len(m.group(2))) + 1 if "^" in below else 0
+        at = f", column {column}" if column > 0 else ""
+        where = f" (at line {m.group(1)}{at}: {' '.join(m.group(2).split())})"
+    return " ".join(parts) + where
 
 
 def unique_names(names: list[str]) -> list[str]:
@@ -318,40 +337,32 @@ def _cut(cell: pl.Expr) -> pl.Expr:
 
 
 def _write_text(text: str, output: Path | None) -> None:
-    """Write *text* to *output* or stdout; a failure is one line naming the target (exit 2).
+    """Write *text* to *output* (whole or not at all: :func:`write_files`) or stdout; a
+    failure is one line naming the target (exit 2).
 
     A closed pipe (``| head``) is not a failure: it goes up to ``main`` as BrokenPipeError.
     """
+    if output is not None:
+        write_files({output: text.encode("utf-8")})
+        return
     try:
-        if output is None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        else:
-            output.write_text(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
     except BrokenPipeError:
         raise
     except OSError as exc:
-        if output is None:
-            _drop_stdout()
-        raise _cannot_write(output, exc) from None
+        _drop_stdout()
+        raise UsageError(f"cannot write to standard output: {exc.strerror or exc}") from None
 
 
 def _write_parquet(table: pa.Table, output: Path | None) -> None:
-    """Write *table* to *output* through a file we open: given a path, pyarrow removes it when
-    the write fails (measured: ``-o /dev/full`` as root deleted the device node)."""
+    """Write *table* to *output* through :func:`write_files` (a temporary file beside it,
+    renamed when whole), streamed through a file we open: given a path, pyarrow removes it
+    when the write fails (measured: ``-o /dev/full`` as root deleted the device node)."""
     import pyarrow.parquet as pq
 
     assert output is not None  # checked before the query ran
-    try:
-        with open(output, "wb") as sink:
-            pq.write_table(table, sink)
-    except OSError as exc:
-        raise _cannot_write(output, exc) from None
-
-
-def _cannot_write(output: Path | None, exc: OSError) -> UsageError:
-    target = "standard output" if output is None else str(output)
-    return UsageError(f"cannot write to {target}: {exc.strerror or exc}")
+    write_files({output: lambda sink: pq.write_table(table, sink)})
 
 
 def _drop_stdout() -> None:

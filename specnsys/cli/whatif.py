@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from specnsys import api
-from specnsys.cli.common import add_rules_argument
+from specnsys.cli.common import K_LIMIT, add_rules_argument, k_arg
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,10 +25,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "or one generic trace alone (the run's speedup if each phase were cut)",
     )
     p.add_argument("--alpha", type=float, help="acceptance rate in [0, 1]")
-    p.add_argument("--k", type=int, help="drafts per step")
+    p.add_argument("--k", type=k_arg, help=f"drafts per step (1 to {K_LIMIT})")
     p.add_argument("--c", type=float, help="draft/target forward cost ratio")
     p.add_argument("--p", type=float, help="bottleneck share p in [0, 1] (from a baseline)")
-    p.add_argument("--k-max", type=int, default=None, help="largest k the search tries (64)")
+    p.add_argument("--k-max", type=k_arg, default=None,
+                   help=f"largest k the search tries (default 64, at most {K_LIMIT})")  # fmt: skip
     add_rules_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)

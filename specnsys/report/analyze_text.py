@@ -344,6 +344,14 @@ def straggler_line(s: dict[str, Any] | None) -> str:
     )
 
 
+def _why_this_process(ranks: list[dict[str, Any]]) -> str:
+    """Why the default process is the one analysed (docs/design.md "Scope"): the rule that
+    picked it, named by whether any process has phase ranges."""
+    if any(row["ranges"] for r in ranks for row in r["phases"].values()):
+        return "the process with the most phase ranges, ties to the lowest pid"
+    return "no process has phase ranges: the one with the most GPU ops"
+
+
 def _ranks(d: dict[str, Any]) -> list[str]:
     """Per process: window, phases (top rows by total wall time), NCCL, and the straggler."""
     doc = d.get("ranks")
@@ -359,7 +367,9 @@ def _ranks(d: dict[str, Any]) -> list[str]:
     col = max(14, *(len(_rank_label(r)) + 2 for r in ranks))
     lines = [
         f"{doc['processes']} processes ran GPU work or phase ranges; the figures above are "
-        f"process {d['pid']}'s. Each process over its own window (wall ms; its phases sum to "
+        f"process {d['pid']}'s ({_why_this_process(ranks)}; --pid PID analyzes another, "
+        "phases --all-processes shows each in full). Each process over its own window (wall "
+        "ms; its phases sum to "
         "it), ranks by device then pid (the trace holds no NCCL rank); NCCL ms: NCCL kernel "
         "time (concurrent kernels each count):",
         f"{'':<{width}}" + "".join(f"{_rank_label(r):>{col}}" for r in ranks),

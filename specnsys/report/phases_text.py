@@ -59,11 +59,19 @@ def _set_by(b: PhaseBreakdown) -> str:
     return (f": {words}" if words else "") + rule
 
 
+#: Phase names longer than this are cut with "…" in a terminal's table (``--wide``: whole).
+PHASE_NAME_WIDTH = 48
+
+
 def render_phases_text(
-    b: PhaseBreakdown, not_available: dict[str, str] | None = None, max_rows: int = 30
+    b: PhaseBreakdown,
+    not_available: dict[str, str] | None = None,
+    max_rows: int = 30,
+    name_width: int | None = PHASE_NAME_WIDTH,
 ) -> str:
     """The terminal table: phases by exclusive time, largest first, at most *max_rows* rows
-    (the rest summed on one line, so the total still adds up to the window)."""
+    (the rest summed on one line, so the total still adds up to the window); names longer
+    than *name_width* cut with "…", or whole when it is None (``--wide``, or not a terminal)."""
     na = not_available or {}
     ms = 1e6
 
@@ -75,7 +83,8 @@ def render_phases_text(
     ).sort("wall_ns", descending=True, maintain_order=True)
     rest = shown.slice(max_rows)
     shown = shown.head(max_rows)
-    width = max([18, *(min(len(p), 48) + 2 for p in shown["phase"])])
+    cut = name_width if name_width is not None else max([0, *map(len, shown["phase"])])
+    width = max([18, *(min(len(p), cut) + 2 for p in shown["phase"])])
     gpu_busy = "n/a" if "gpu" in na else f"{b.gpu_union_ns / ms:.3f} ms"
     lines = [
         f"process {b.pid}: window {b.window_ns / ms:.3f} ms "
@@ -88,7 +97,7 @@ def render_phases_text(
         f"{'launches':>10}{'CPU incl ms':>13}",
     ]
     for r in shown.iter_rows(named=True):
-        name = r["phase"] if len(r["phase"]) <= 48 else r["phase"][:47] + "…"
+        name = r["phase"] if len(r["phase"]) <= cut else r["phase"][: cut - 1] + "…"
         lines.append(
             f"{name:<{width}}{r['wall_ns'] / ms:>11.3f}{r['share']:>8.1%}"
             f"{num(r['gpu_busy_ns'] / ms, 'gpu' in na, '.3f'):>13}"

@@ -13,9 +13,15 @@ import polars as pl
 _MS = 1e6
 
 
-def _clip(name: str | None, width: int) -> str:
+#: Range and kernel names longer than these are cut with "…" in a terminal's table
+#: (``--wide``, or a stdout that is not a terminal: whole, as ``nsys stats`` prints them).
+RANGE_NAME_WIDTH = 48
+KERNEL_NAME_WIDTH = 70
+
+
+def _clip(name: str | None, width: int | None) -> str:
     name = name or "(unnamed)"
-    return name if len(name) <= width else name[: width - 1] + "…"
+    return name if width is None or len(name) <= width else name[: width - 1] + "…"
 
 
 def _cells(*cells: tuple[str, int]) -> str:
@@ -29,21 +35,27 @@ def render_frame_json(frame: pl.DataFrame, **header: object) -> str:
     return json.dumps({**header, "rows": frame.to_dicts()}, indent=2)
 
 
-def render_ranges_text(summary: pl.DataFrame, max_rows: int = 30) -> str:
-    """Per range name: instances, CPU time, projected GPU span and busy time, GPU ops."""
+def render_ranges_text(
+    summary: pl.DataFrame, max_rows: int = 30, name_width: int | None = RANGE_NAME_WIDTH
+) -> str:
+    """Per range name: instances, CPU time, projected GPU span and busy time, GPU ops; names
+    longer than *name_width* cut, or whole when it is None."""
     if summary.height == 0:
         return "no NVTX range launched GPU work (nothing to project)"
+    shown = summary.head(max_rows)
+    names = [_clip(n, name_width) for n in shown["name"]]
+    column = max([50, *(len(n) + 2 for n in names)])
     lines = [
         "NVTX ranges projected onto the GPU (nsys nvtxgpuproj semantics: an op counts for every",
         "range whose thread launched it inside the range); span = first op start to last op end,",
         "busy = union of the ops' intervals (never more than the span)",
         "",
-        f"{'range':<50}{'style':>9}{'count':>8}{'CPU ms':>11}{'span ms':>11}{'busy ms':>11}"
+        f"{'range':<{column}}{'style':>9}{'count':>8}{'CPU ms':>11}{'span ms':>11}{'busy ms':>11}"
         f"{'GPU ops':>9}",
     ]
-    for r in summary.head(max_rows).iter_rows(named=True):
+    for name, r in zip(names, shown.iter_rows(named=True), strict=True):
         lines.append(
-            f"{_clip(r['name'], 48):<50}"
+            f"{name:<{column}}"
             + _cells(
                 (r["style"], 9), (f"{r['instances']:,}", 8), (f"{r['cpu_ns'] / _MS:.3f}", 11),
                 (f"{r['proj_ns'] / _MS:.3f}", 11), (f"{r['gpu_busy_ns'] / _MS:.3f}", 11),
@@ -55,9 +67,12 @@ def render_ranges_text(summary: pl.DataFrame, max_rows: int = 30) -> str:
     return "\n".join(lines)
 
 
-def render_kernels_text(summary: pl.DataFrame, max_rows: int = 30) -> str:
+def render_kernels_text(
+    summary: pl.DataFrame, max_rows: int = 30, name_width: int | None = KERNEL_NAME_WIDTH
+) -> str:
     """Per kernel (name, grid, block): share of summed kernel time, total, count, avg; a
-    summary grouped by name only (``kernels --by``) has no grid and block columns."""
+    summary grouped by name only (``kernels --by``) has no grid and block columns. Names
+    longer than *name_width* are cut, or whole when it is None (the last column)."""
     if summary.height == 0:
         return "no CUDA kernels in this trace"
     per_config = "grid_x" in summary.columns
@@ -81,7 +96,7 @@ def render_kernels_text(summary: pl.DataFrame, max_rows: int = 30) -> str:
                 (f"{r['share']:.1%}", 7), (f"{r['total_ns'] / _MS:.3f}", 11),
                 (f"{r['instances']:,}", 9), (f"{r['avg_ns'] / 1e3:.2f}", 10), *config,
             )
-            + f"  {_clip(r['name'], 70)}"
+            + f"  {_clip(r['name'], name_width)}"
         )  # fmt: skip
     if summary.height > max_rows:
         lines.append(f"({summary.height - max_rows} more kernels; --json lists all)")

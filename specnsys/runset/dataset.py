@@ -22,8 +22,10 @@ collect redoes what is missing.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -36,6 +38,8 @@ from typing import Any
 import polars as pl
 
 from specnsys.errors import BadInputError, OutputError
+from specnsys.runset.labels import LABEL_NAME
+from specnsys.small_files import WriteError, write_files
 
 __all__ = [
     "MANIFEST",
@@ -175,28 +179,15 @@ class Dataset:
         self._written: set[str] = set()  # runs whose partitions this collect wrote
 
     def _read_manifest(self) -> dict[str, Any]:
-        path = self.root / MANIFEST
         if not self.root.exists():
             _check_creatable(self.root)
-            return {"format": FORMAT, "runs": {}, "failed": {}}
+            return _empty_manifest()
         if not self.root.is_dir():
             raise BadInputError(f"{self.root}: not a folder (a dataset is a folder)")
-        if not path.is_file():
-            if any(self.root.iterdir()):
-                raise BadInputError(
-                    f"{self.root}: a folder that is not a specnsys dataset (no {MANIFEST}); "
-                    "give an empty or new folder"
-                )
-            return {"format": FORMAT, "runs": {}, "failed": {}}
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadInputError(f"{path}: unreadable dataset manifest ({exc})") from None
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise BadInputError(f"{path}: not a dataset manifest of format {FORMAT}")
-        doc.setdefault("runs", {})
-        doc.setdefault("failed", {})
-        return doc
+        if not (self.root / MANIFEST).is_file():
+            _check_only_partial_state(self.root)
+            return _empty_manifest()
+        return read_manifest(self.root)
 
     def unchanged(self, run_id: str, identity: list[Any], settings: dict[str, Any]) -> bool:
         """Whether the dataset already holds *run_id* from this very trace and settings."""
@@ -205,7 +196,7 @@ class Dataset:
             entry is not None
             and entry.get("identity") == identity
             and entry.get("settings") == settings
-            and all((self.root / t / f"run_id={run_id}").is_dir() for t in TABLES)
+            and all(self.partition(t, run_id).is_dir() for t in TABLES)
         )
 
     def write_run(self, run_id: str, record: RunRecord) -> None:
@@ -267,7 +258,7 @@ class Dataset:
         columns = [f"{c}:{t}" for c, t in schema.items()]
         same = self.manifest.get("runs_columns") == columns
         for run_id, entry in runs.items():
-            folder = self.root / "runs" / f"run_id={run_id}"
+            folder = self.partition("runs", run_id)
             if same and run_id not in self._written and folder.is_dir():
                 continue
             row = {
@@ -280,15 +271,34 @@ class Dataset:
         self.manifest["runs_columns"] = columns
         self.manifest["format"] = FORMAT
         self.root.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self.root / MANIFEST, json.dumps(self.manifest, indent=1, sort_keys=True))
+        text = json.dumps(self.manifest, indent=1, sort_keys=True)
+        write_files({self.root / MANIFEST: text.encode("utf-8")})
+        for entry in self.root.iterdir():  # what a collect killed while writing it left
+            if _is_manifest_leftover(entry):
+                entry.unlink(missing_ok=True)
+
+    def partition(self, table: str, run_id: str) -> Path:
+        """The folder of *run_id*'s partition of *table*, checked to be a run id (16 hex
+        digits) whose folder resolves inside the dataset's table folder (no ``..``, no link
+        out of the dataset): every folder collect replaces or removes is one of these."""
+        if table not in TABLES or not RUN_ID.match(run_id):
+            raise BadInputError(f"{self.root}: {run_id!r} is not a run id (16 hex digits)")
+        folder = self.root / table / f"run_id={run_id}"
+        root = self.root.resolve()
+        where = folder.resolve()
+        if where.parent != root / table or not where.is_relative_to(root):
+            raise BadInputError(
+                f"{folder}: resolves to {where}, outside the dataset {root}; not written"
+            )
+        return folder
 
     def _replace_partition(self, table: str, run_id: str, frame: pl.DataFrame) -> None:
-        folder = self.root / table / f"run_id={run_id}"
+        folder = self.partition(table, run_id)
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = folder.parent / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
-            frame.write_parquet(tmp / "part-0.parquet")
+            _write_parquet(frame, tmp / "part-0.parquet")
             if folder.exists():
                 old = folder.parent / f".old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
                 os.replace(folder, old)
@@ -302,10 +312,16 @@ class Dataset:
 
     def _remove_stale_partitions(self, keep: set[str]) -> None:
         """Partitions of runs the manifest no longer has, and leftovers of a killed collect."""
+        root = self.root.resolve()
         for table in TABLES:
             folder = self.root / table
             if not folder.is_dir():
                 continue
+            if folder.resolve() != root / table:  # a link out of the dataset: not ours to clean
+                raise BadInputError(
+                    f"{folder}: resolves to {folder.resolve()}, outside the dataset {root}; "
+                    "not cleaned"
+                )
             for entry in folder.iterdir():
                 stale = entry.name.startswith((".tmp-", ".old-")) or (
                     entry.name.startswith("run_id=") and entry.name[7:] not in keep
@@ -314,22 +330,128 @@ class Dataset:
                     shutil.rmtree(entry, ignore_errors=True)
 
 
+def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
+    """*frame* as Parquet at *path*, encoded in memory and written by Python, so that a full
+    disk is the OSError it is: Polars writing a file itself reports it as a ComputeError
+    whose words depend on where the write stopped ("underlying IO error: File too large",
+    "Invalid thrift: transport error"), which was an internal error (exit 3). A partition is
+    one run's rows: small."""
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer)
+    path.write_bytes(buffer.getbuffer())
+
+
+def _empty_manifest() -> dict[str, Any]:
+    return {"format": FORMAT, "runs": {}, "failed": {}}
+
+
+#: A run id: 16 hex digits (:func:`run_id_of`). Nothing else read from a manifest may name a
+#: partition folder: ``../x`` would make a collect replace a folder outside the dataset.
+RUN_ID = re.compile(r"^[0-9a-f]{16}$")
+#: The shape of a manifest's run entry: key -> (type, what it is called in a message).
+_RUN_ENTRY: dict[str, tuple[type, str]] = {
+    "trace": (str, "a string"), "identity": (list, "a list"), "settings": (dict, "an object"),
+    "labels": (dict, "an object"), "headline": (dict, "an object"),
+}  # fmt: skip
+
+
+def _json_type(value: object) -> str:
+    return {str: "a string", list: "a list", dict: "an object", bool: "a boolean",
+            int: "a number", float: "a number", type(None): "null"}.get(type(value), "a value")  # fmt: skip
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest of the dataset at *root*, its shape checked (the format, every run id and
+    entry, the failed list): a manifest is edited by hand or damaged, and its run ids name
+    folders that a collect replaces. One line (exit 2) names the first thing wrong."""
+    path = root / MANIFEST
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInputError(f"{path}: unreadable dataset manifest ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise BadInputError(f"{path}: not a dataset manifest of format {FORMAT}")
+    doc.setdefault("runs", {})
+    doc.setdefault("failed", {})
+
+    def bad(where: str, what: str, value: object) -> BadInputError:
+        return BadInputError(
+            f"{path}: not a valid dataset manifest: {where} is {_json_type(value)}, expected "
+            f"{what} (remove the dataset folder and collect again)"
+        )
+
+    for key in ("runs", "failed"):
+        if not isinstance(doc[key], dict):
+            raise bad(key, "an object", doc[key])
+    for run_id, entry in doc["runs"].items():
+        if not RUN_ID.match(run_id):
+            raise BadInputError(
+                f"{path}: not a valid dataset manifest: run id {run_id!r} is not 16 hex digits"
+            )
+        if not isinstance(entry, dict):
+            raise bad(f"runs[{run_id}]", "an object", entry)
+        for key, (kind, called) in _RUN_ENTRY.items():
+            if not isinstance(entry.get(key), kind):
+                raise bad(f"runs[{run_id}].{key}", called, entry.get(key))
+        for name, value in entry["labels"].items():
+            if not LABEL_NAME.match(name) or not isinstance(value, str):
+                raise BadInputError(
+                    f"{path}: not a valid dataset manifest: runs[{run_id}].labels holds "
+                    f"{name!r}: {value!r} (label names are identifiers, values strings)"
+                )
+    for trace, reason in doc["failed"].items():
+        if not isinstance(reason, str):
+            raise bad(f"failed[{trace!r}]", "a string", reason)
+    columns = doc.get("runs_columns")
+    if columns is not None and not (
+        isinstance(columns, list) and all(isinstance(c, str) for c in columns)
+    ):
+        raise bad("runs_columns", "a list of strings", columns)
+    return doc
+
+
+def _check_only_partial_state(root: Path) -> None:
+    """Accept a folder without a manifest only when everything in it is specnsys's own partial
+    state: what a first collect that was killed or ran out of disk leaves (table folders of
+    run partitions, temporary partitions and a temporary manifest). Anything else is not a
+    dataset, and collect does not write into someone's folder."""
+    for entry in root.iterdir():
+        own = (entry.name in TABLES and entry.is_dir() and not entry.is_symlink()
+               and _only_partitions(entry)) or (
+            _is_manifest_leftover(entry)
+        )  # fmt: skip
+        if not own:
+            raise BadInputError(
+                f"{root}: a folder that is not a specnsys dataset (no {MANIFEST}; it holds "
+                f"{entry.name!r}); give an empty or new folder"
+            )
+
+
+def _is_manifest_leftover(entry: Path) -> bool:
+    """A temporary manifest of :func:`write_files` a killed collect left (``._specnsys.json.*.tmp``)."""
+    return entry.name.startswith(f".{MANIFEST}.") and entry.name.endswith(".tmp") and entry.is_file()
+
+
+def _only_partitions(table: Path) -> bool:
+    """Whether *table* holds only partition folders (``run_id=<id>``, ``.tmp-*``, ``.old-*``)
+    of Parquet files."""
+    for folder in table.iterdir():
+        name = folder.name
+        partition = (name.startswith("run_id=") and RUN_ID.match(name[7:])) or name.startswith(
+            (".tmp-", ".old-"))  # fmt: skip
+        if not partition or folder.is_symlink() or not folder.is_dir():
+            return False
+        if any(f.suffix != ".parquet" or not f.is_file() for f in folder.iterdir()):
+            return False
+    return True
+
+
 def _typed(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """*frame* with exactly *schema*'s columns and types (missing ones null)."""
     return frame.select(
         (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c)
         for c, t in schema.items()
     )
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 _HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -364,6 +486,8 @@ def _writing(root: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise OutputError(f"{root}: cannot write the dataset: {exc.strerror or exc}") from None
+    except WriteError as exc:  # the manifest, through write_files
+        raise OutputError(f"{root}: cannot write the dataset: {exc.reason}") from None
 
 
 def _check_creatable(root: Path) -> None:

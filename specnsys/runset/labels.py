@@ -82,7 +82,8 @@ class Labeler:
         self.fixed = parse_label_options(options)
         self.patterns = [_compile_pattern(p) for p in patterns]
         self.by_path: dict[str, dict[str, str]] = {}
-        self.by_name: dict[str, dict[str, str]] = {}
+        self.by_name: dict[str, list[tuple[int, dict[str, str]]]] = {}  # name -> (line, labels)
+        self.csv_path: Path | None = None
         if csv_path is not None:
             self._read_csv(Path(csv_path))
 
@@ -90,7 +91,8 @@ class Labeler:
         try:
             text = read_small_text(path, what="a labels file is a CSV file",
                                    max_bytes=LABELS_MAX_BYTES)
-            rows = list(csv.DictReader(io.StringIO(text, newline="")))
+            # a spreadsheet's "CSV UTF-8" starts with a byte order mark: not part of the header
+            rows = list(csv.DictReader(io.StringIO(text.removeprefix("\ufeff"), newline="")))
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
             raise BadInputError(f"{path}: cannot read the labels CSV ({exc})") from None
         if not rows:
@@ -103,17 +105,26 @@ class Labeler:
         names = [c for c in rows[0] if c != key]
         for c in names:
             _check_name(c, str(path))
+        self.csv_path = path
+        lines: dict[str, int] = {}  # resolved path -> its line
         for number, row in enumerate(rows, start=2):
             trace = (row.get(key) or "").strip()
             if not trace:
                 raise BadInputError(f"{path}: line {number}: no trace named")
             labels = {c: (row.get(c) or "").strip() for c in names}
-            self.by_name[Path(trace).name] = labels
-            self.by_path[str(Path(trace).resolve())] = labels
+            resolved = str(Path(trace).resolve())
+            if resolved in lines:
+                raise BadInputError(
+                    f"{path}: lines {lines[resolved]} and {number} both label {resolved}: "
+                    "give one row per trace"
+                )
+            lines[resolved] = number
+            self.by_path[resolved] = labels
+            self.by_name.setdefault(Path(trace).name, []).append((number, labels))
 
     def labels(self, trace: Path) -> dict[str, str]:
-        """The labels of *trace*: patterns, then its CSV row (by path, else by file name), then
-        the options."""
+        """The labels of *trace*: patterns, then its CSV row (by path, else by file name when
+        one row has that name), then the options."""
         out: dict[str, str] = {}
         stem = trace.name.split(".")[0]
         for pattern in self.patterns:
@@ -121,7 +132,15 @@ class Labeler:
             if m:
                 out.update(m.groupdict())
                 break
-        row = self.by_path.get(str(trace.resolve())) or self.by_name.get(trace.name)
+        row = self.by_path.get(str(trace.resolve()))
+        if row is None:
+            named = self.by_name.get(trace.name, [])
+            if len(named) > 1:
+                raise BadInputError(
+                    f"{trace}: no row of {self.csv_path} names its path, and lines "
+                    f"{named[0][0]} and {named[1][0]} both name a {trace.name}: give its path"
+                )
+            row = named[0][1] if named else None
         if row:
             out.update({k: v for k, v in row.items() if v != ""})
         out.update(self.fixed)
