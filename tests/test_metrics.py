@@ -554,3 +554,15 @@ def test_whatif_end_to_end_and_limits() -> None:
 def test_whatif_rejects_impossible_inputs(kwargs: dict) -> None:
     with pytest.raises(UsageError):
         whatif(**kwargs)
+
+
+def test_the_library_whatif_bounds_k_as_the_command_line_does() -> None:
+    """Issue 30 (g): ``whatif(k=10**9)`` ran for hours through the library."""
+    from specnsys.errors import UsageError
+    from specnsys.metrics import amdahl
+
+    with pytest.raises(UsageError, match="from 1 to 1,024"):
+        amdahl.whatif(0.8, 10**9, 0.1)
+    with pytest.raises(UsageError, match="from 1 to 1,024"):
+        amdahl.whatif(0.8, 4, 0.1, k_max=10**9)
+    assert amdahl.whatif(0.8, 1024, 0.1)["k"] == 1024

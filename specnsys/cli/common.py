@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from specnsys.errors import UsageError
+from specnsys.metrics.amdahl import K_LIMIT as amdahl_k_limit
 
 RULES_HELP = (
     "which NVTX ranges are phases: a built-in set (specnsys; nvtx: every range is its own "
@@ -28,8 +29,9 @@ def add_rules_argument(p: argparse.ArgumentParser) -> None:
 #: The bounds of the count arguments: far past any real use, and small enough that no count
 #: makes a command run for hours (``whatif --k 1000000000`` did) or overflow int64 in a query
 #: (``sql --max-rows 1e20`` was reported as an SQL error).
-K_LIMIT = 1024
-"""--k, --k-max: drafts per step (the best-k search tries 1..64 by default)."""
+K_LIMIT = amdahl_k_limit
+"""--k, --k-max: drafts per step (the best-k search tries 1..64 by default); the library's
+own bound (:data:`specnsys.metrics.amdahl.K_LIMIT`)."""
 ROWS_LIMIT = 1_000_000
 """--max-rows of a text table (--format csv or --json give every row)."""
 WORKERS_LIMIT = 256

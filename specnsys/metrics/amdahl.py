@@ -51,9 +51,14 @@ def _check_alpha(alpha: float) -> float:
     return float(alpha)
 
 
+#: The largest draft length any what-if considers: far past every real k, and a bound on the
+#: best-k search (the command line allows the same: specnsys.cli.common.K_LIMIT).
+K_LIMIT = 1024
+
+
 def _check_k(k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise UsageError(f"k must be an integer >= 1, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= K_LIMIT:
+        raise UsageError(f"k must be an integer from 1 to {K_LIMIT:,}, got {k!r}")
     return k
 
 
