@@ -173,3 +173,24 @@ def test_parse_window_spellings() -> None:
     assert parse_window("auto").text == "auto"
     assert parse_window(" steps:0-3 ").text == "steps:0-3"
     assert parse_window("1.5:2").text == "1.5:2"
+
+
+def test_collect_takes_the_window_into_every_run(tmp_path: Path) -> None:
+    from specnsys.runset.collect import collect
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    _loop(warm_up=True).write(folder / "warm.sqlite")
+    first = collect([folder], tmp_path / "ds", window="auto", workers=1)
+    assert len(first.analysed) == 1
+    import polars as pl
+
+    runs = pl.scan_parquet(tmp_path / "ds" / "runs").collect()
+    assert runs["window_rule"].to_list() == ["auto"] and runs["steps"].to_list() == [20]
+    steps = pl.scan_parquet(tmp_path / "ds" / "steps").collect()
+    assert steps.height == 20  # the warm-up steps are not in the dataset
+    # another rule is another analysis of the same trace
+    again = collect([folder], tmp_path / "ds", workers=1)
+    assert len(again.analysed) == 1
+    with pytest.raises(BadInputError, match="--window 'bogus'"):
+        collect([folder], tmp_path / "ds2", window="bogus")

@@ -6,7 +6,12 @@ import argparse
 import json
 import sys
 
-from specnsys.cli.common import WORKERS_LIMIT, add_rules_argument, count_arg
+from specnsys.cli.common import (
+    WORKERS_LIMIT,
+    add_analysis_window_argument,
+    add_rules_argument,
+    count_arg,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,6 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(needs specnsys[dask])",
     )  # fmt: skip
     add_rules_argument(p)
+    add_analysis_window_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.set_defaults(run=run)
 
@@ -50,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     labeler = Labeler(csv_path=args.labels, options=args.label, patterns=args.pattern)
     result = collect(
         args.inputs, args.output, labeler=labeler, rules=args.rules, pid=args.pid,
-        workers=args.workers, dask=args.dask, use_cache=not args.no_cache,
+        workers=args.workers, dask=args.dask, use_cache=not args.no_cache, window=args.window,
     )  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

@@ -24,6 +24,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
+from specnsys.attribution.window import parse_window
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
 from specnsys.runset.dataset import Dataset, RunRecord, run_id_of
 from specnsys.runset.labels import Labeler
@@ -94,7 +95,7 @@ def analyse_trace(trace: str, settings: dict[str, Any], labels: dict[str, str]) 
     identity = _identity(path)
     analysis, steps = api.analyze_steps(
         path, rules=settings.get("rules"), pid=settings.get("pid"),
-        use_cache=settings.get("use_cache", True),
+        use_cache=settings.get("use_cache", True), window=settings.get("window"),
     )  # fmt: skip
     doc = analysis.to_dict()
     from specnsys.runset.dataset import headline_row
@@ -224,11 +225,13 @@ def collect(
     dask: str | None = None,
     use_cache: bool = True,
     progress: Callable[[str], None] | None = None,
+    window: str | None = None,
 ) -> CollectResult:
     """Analyse each trace of *inputs* not already in *dataset* unchanged, and write them.
 
     Raises :class:`BadInputError` when no trace is given, or when every trace to analyse
-    failed (nothing would land); single failures are in the result.
+    failed (nothing would land); single failures are in the result. *window* is every run's
+    ``--window`` rule (part of the settings: another rule analyses a trace again).
     """
     traces = find_traces(inputs)
     if not traces:
@@ -236,7 +239,11 @@ def collect(
     labeler = labeler or Labeler()
     store = Dataset(dataset)
     result = CollectResult(Path(dataset))
+    if window is not None:
+        parse_window(window)  # a bad rule is one line before any worker starts
     settings = {"rules": rules, "pid": pid, "specnsys": _version()}
+    if window is not None:  # absent for the default: datasets collected before keep matching
+        settings["window"] = window
     jobs: list[Job] = []
     for trace in traces:
         labels = labeler.labels(trace)
