@@ -644,5 +644,7 @@ def test_range_counts_are_the_driver_threads_ranges_starting_in_the_window(
         pb = exclusive_phase_times(t)
     assert (pb.window_start_ns, pb.window_end_ns) == (100, 1000)
     assert pb.driver_global_tid is not None
-    assert pb.range_counts == {"draft": 2, "sample": 1, "verify": 2}
+    # (issue 29) the sample inside a draft is draft work, and the verify ranges after the one
+    # that never closed lie inside it: they are part of that one range
+    assert pb.range_counts == {"draft": 2, "verify": 1}
     assert PhaseBreakdown.from_dict(pb.to_dict()).range_counts == pb.range_counts

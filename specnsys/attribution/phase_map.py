@@ -86,8 +86,8 @@ def phase_ranges_sql(rules: PhaseRules) -> str:
     ``role`` (the outermost enclosing ``prefill``/``draft_prefill``/``draft`` range of its
     thread, NULL outside them); ``phase`` (what its time counts as: ``draft`` inside a draft
     range, the prefill's phase for an accelerable range inside a prefill, else ``named``);
-    ``counted`` (no earlier range of the same ``phase`` is still open on the thread: the ranges
-    that per-range counts and inclusive sums take, so nested ranges of one phase count once);
+    ``counted`` (no range of the same ``phase`` holds it on the thread: the ranges that
+    per-range counts and inclusive sums take, so nested ranges of one phase count once);
     ``srn``/``ern`` (the range's start and end in the thread's total order of boundaries, ends
     past every end when unclosed: the nesting test ``a.srn < b.srn AND b.ern < a.ern``); ``leaf``
     (no range of the same ``named`` phase lies inside it: a draft step hooked around hooked
@@ -144,9 +144,11 @@ def phase_ranges_sql(rules: PhaseRules) -> str:
         FROM roled
     )
     SELECT id, gtid, pid, s, e, phase, depth, named, role, srn, ern,
+           -- no earlier range of the phase ends after it: none holds it (a crossing one,
+           -- of a malformed trace, does not)
            coalesce(max(ern) OVER (
                PARTITION BY gtid, phase ORDER BY srn
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) < srn, true) AS counted,
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) < ern, true) AS counted,
            coalesce(lead(srn) OVER (PARTITION BY gtid, named ORDER BY srn) > ern, true) AS leaf
     FROM eff
     """

@@ -486,6 +486,132 @@ def exclusive_phase_times(
     return breakdown
 
 
+def _process_ops(
+    trace: Trace, index: PhaseIndex, pid: int | None, window: tuple[int, int],
+    shared: AttributionContext,
+) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
+    """The process's GPU ops with their launch phase (``op_kind, start, end, phase, name``)
+    and its launch calls per phase in the window (``phase, launches``).
+
+    Launch attribution for this process only: its runtime calls get a phase once, and serve
+    both the launch counts and the ops' phases; the context keeps them for the analysis's
+    other passes over the process's GPU work (its largest kernels per phase)."""
+    ws, we = window
+    launches = pl.DataFrame(schema={"phase": pl.String, "launches": _I64})
+    ops = pl.DataFrame(
+        schema={"op_kind": OP_KIND, "start": _I64, "end": _I64, "phase": pl.Categorical}
+    )
+    if pid is not None:
+        runtime = shared.runtime(pid, details=False)
+        launches = (
+            runtime.filter(
+                pl.col("is_launch") & (pl.col("api_start") >= ws) & (pl.col("api_start") < we)
+            )
+            .group_by("phase")  # by code; NULL (outside every range) named below
+            .agg(pl.len().cast(_I64).alias("launches"))
+        )
+        ops = attributed_gpu_ops(trace, index, pid=pid, runtime=runtime, names=True)
+    return ops, launches
+
+
+def _in_window(window: tuple[int, int]) -> pl.Expr:
+    ws, we = window
+    return (pl.col("start") < we) & (pl.col("end") > ws) & (pl.col("end") > pl.col("start"))
+
+
+def _islands(ops: pl.DataFrame, window: tuple[int, int]) -> pl.DataFrame:
+    """Per phase, the disjoint intervals (``phase, a, b``) its ops cover in the window (clipped
+    inside the islands' own plan: no second copy of the ops)."""
+    ws, we = window
+    mine = ops.lazy().filter(_in_window(window)).select(
+        "phase",
+        pl.max_horizontal("start", pl.lit(ws, _I64)).alias("s"),
+        pl.min_horizontal("end", pl.lit(we, _I64)).alias("e"),
+    )
+    return islands_frame(mine, "phase")
+
+
+def _driver_points(index: PhaseIndex, gtid: int | None) -> pl.DataFrame:
+    """The driver thread's change points (none without a driver thread)."""
+    if gtid is None:
+        return index.change_points.clear()
+    return index.change_points.filter(pl.col("gtid") == gtid)
+
+
+def _gpu_part(
+    islands: pl.DataFrame, segments: pl.DataFrame
+) -> tuple[pl.DataFrame, dict[str, Fraction], int]:
+    """Per phase its GPU busy time and the floor of its GPU share; the exact shares; the
+    union of GPU activity."""
+    gpu_union = int(segments.filter(pl.col("n") > 0)["len"].sum())
+    shares = _gpu_shares(islands, segments)
+    floors = {phase: math.floor(share) for phase, share in shares.items()}
+    gpu = islands.group_by("phase").agg(
+        (pl.col("b") - pl.col("a")).sum().cast(_I64).alias("gpu_busy_ns")
+    ).with_columns(
+        pl.col("phase").cast(pl.String).replace_strict(floors, default=0, return_dtype=_I64)
+        .alias("floor_ns")
+    )  # fmt: skip
+    return gpu, shares, gpu_union
+
+
+def _cpu_part(segments: pl.DataFrame, driver_points: pl.DataFrame) -> pl.DataFrame:
+    """Per phase: the idle-GPU segments it owns (``cpu_wall_ns``) and the time it is the
+    driver thread's innermost phase (``cpu_exclusive_ns``)."""
+    return (
+        lookup_phase(segments.filter(pl.col("len") > 0), driver_points, t="t", gtid=None)
+        .group_by("phase")  # by code: a string per segment would cost a GB on 40M segments
+        .agg(
+            pl.col("len").filter(pl.col("n") == 0).sum().cast(_I64).alias("cpu_wall_ns"),
+            pl.col("len").sum().cast(_I64).alias("cpu_exclusive_ns"),
+        )
+    )
+
+
+_COUNT_COLUMNS = (
+    "gpu_busy_ns", "cpu_wall_ns", "cpu_exclusive_ns", "cpu_inclusive_ns", "unclosed",
+    "launches", "kernels",
+)  # fmt: skip
+
+
+def _assemble(
+    mapping: PhaseRules,
+    parts: dict[str, pl.DataFrame],
+    shares: dict[str, Fraction],
+    gpu_union: int,
+    window: tuple[int, int],
+    has_unattributed: bool,
+) -> pl.DataFrame:
+    """The breakdown's frame from its per-phase parts (gpu, cpu, inclusive, launches,
+    kernels): one row per phase in :func:`_phase_order`, GPU shares rounded by largest
+    remainder so the walls sum to the window."""
+    named = {
+        key: part.with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))
+        .group_by("phase", maintain_order=True)
+        .agg(pl.all().sum())
+        if key != "inclusive" else part
+        for key, part in parts.items()
+    }  # fmt: skip
+    order_parts = [named[k] if k != "inclusive" else named[k].drop("unclosed") for k in named]
+    frame = pl.DataFrame(
+        {"phase": _phase_order(mapping, order_parts, has_unattributed)},
+        schema={"phase": pl.String},
+    )
+    for part in named.values():
+        frame = frame.join(part, on="phase", how="left", maintain_order="left")
+    frame = frame.with_columns(pl.col(c).fill_null(0).cast(_I64) for c in _COUNT_COLUMNS)
+    gpu_wall = _largest_remainder(
+        [shares.get(p, Fraction(0)) for p in frame["phase"].to_list()], gpu_union
+    )
+    window_ns = window[1] - window[0]
+    frame = frame.with_columns(pl.Series("gpu_wall_ns", gpu_wall, dtype=_I64)).with_columns(
+        (pl.col("gpu_wall_ns") + pl.col("cpu_wall_ns")).alias("wall_ns")
+    )
+    return frame.with_columns(
+        (pl.col("wall_ns") / window_ns if window_ns > 0 else pl.lit(0.0)).alias("share")
+    )
+
+
 def _breakdown(
     trace: Trace,
     mapping: PhaseRules,
@@ -504,113 +630,33 @@ def _breakdown(
         .alias("cpu_inclusive_ns"),
         pl.col("unclosed").sum().cast(_I64).alias("unclosed"),
     )
-
-    # Launch attribution for this process only: its runtime calls get a phase once, and serve
-    # both the launch counts and the ops' phases; the context keeps them for the analysis's
-    # other passes over the process's GPU work (its largest kernels per phase).
-    launches = pl.DataFrame(schema={"phase": pl.String, "launches": _I64})
-    ops = pl.DataFrame(
-        schema={"op_kind": OP_KIND, "start": _I64, "end": _I64, "phase": pl.Categorical}
-    )
-    if pid is not None:
-        runtime = shared.runtime(pid, details=False)
-        launches = (
-            runtime.filter(
-                pl.col("is_launch") & (pl.col("api_start") >= ws) & (pl.col("api_start") < we)
-            )
-            .group_by("phase")  # by code; NULL (outside every range) named below
-            .agg(pl.len().cast(_I64).alias("launches"))
-        )
-        ops = attributed_gpu_ops(trace, index, pid=pid, runtime=runtime, names=True)
-        del runtime
+    ops, launches = _process_ops(trace, index, pid, window, shared)
     has_unattributed = bool(ops.select((pl.col("phase") == UNATTRIBUTED_GPU).any()).item())
-    in_window = (pl.col("start") < we) & (pl.col("end") > ws) & (pl.col("end") > pl.col("start"))
     kernels = (
         ops.lazy()
-        .filter(in_window & (pl.col("op_kind") == "kernel"))
+        .filter(_in_window(window) & (pl.col("op_kind") == "kernel"))
         .group_by("phase")
         .agg(pl.len().cast(_I64).alias("kernels"))
         .collect()
     )
-    kernel_names = _kernel_names(ops, in_window, ws, we) if "name" in ops.columns else []
-    # clipped to the window inside the islands' own plan: no second copy of the ops
-    mine = ops.lazy().filter(in_window).select(
-        "phase",
-        pl.max_horizontal("start", pl.lit(ws, _I64)).alias("s"),
-        pl.min_horizontal("end", pl.lit(we, _I64)).alias("e"),
+    kernel_names = (
+        _kernel_names(ops, _in_window(window), ws, we) if "name" in ops.columns else []
     )
-    islands = islands_frame(mine, "phase")
-    del ops, mine
+    islands = _islands(ops, window)
+    del ops
     segments = _segments(islands, cpu_ranges, ws, we)
-    gpu_union = int(segments.filter(pl.col("n") > 0)["len"].sum())
-    shares = _gpu_shares(islands, segments)
-    gpu = islands.group_by("phase").agg(
-        (pl.col("b") - pl.col("a")).sum().cast(_I64).alias("gpu_busy_ns")
-    )
-    floors = {phase: math.floor(share) for phase, share in shares.items()}
-    gpu = gpu.with_columns(
-        pl.col("phase")
-        .cast(pl.String)
-        .replace_strict(floors, default=0, return_dtype=_I64)
-        .alias("floor_ns")
-    )
+    gpu, shares, gpu_union = _gpu_part(islands, segments)
     del islands
-
-    driver_points = (
-        index.change_points.filter(pl.col("gtid") == gtid)
-        if gtid is not None
-        else index.change_points.clear()
-    )
-    cpu = (
-        lookup_phase(segments.filter(pl.col("len") > 0), driver_points, t="t", gtid=None)
-        .group_by("phase")  # by code: a string per segment would cost a GB on 40M segments
-        .agg(
-            pl.col("len").filter(pl.col("n") == 0).sum().cast(_I64).alias("cpu_wall_ns"),
-            pl.col("len").sum().cast(_I64).alias("cpu_exclusive_ns"),
-        )
-    )
+    cpu = _cpu_part(segments, _driver_points(index, gtid))
     del segments
-
-    gpu, cpu, launches, kernels = (
-        part.with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))
-        .group_by("phase", maintain_order=True)
-        .agg(pl.all().sum())
-        for part in (gpu, cpu, launches, kernels)
-    )
-    parts = (gpu, cpu, inclusive.drop("unclosed"), launches, kernels)
-    frame = pl.DataFrame(
-        {"phase": _phase_order(mapping, parts, has_unattributed)},
-        schema={"phase": pl.String},
-    )
-    for part in (*parts[:2], inclusive, *parts[3:]):
-        frame = frame.join(part, on="phase", how="left", maintain_order="left")
-    frame = frame.with_columns(
-        pl.col(c).fill_null(0).cast(_I64)
-        for c in (
-            "gpu_busy_ns",
-            "cpu_wall_ns",
-            "cpu_exclusive_ns",
-            "cpu_inclusive_ns",
-            "unclosed",
-            "launches",
-            "kernels",
-        )
-    )
-    gpu_wall = _largest_remainder(
-        [shares.get(p, Fraction(0)) for p in frame["phase"].to_list()], gpu_union
-    )
-    window_ns = we - ws
-    frame = frame.with_columns(pl.Series("gpu_wall_ns", gpu_wall, dtype=_I64)).with_columns(
-        (pl.col("gpu_wall_ns") + pl.col("cpu_wall_ns")).alias("wall_ns")
-    )
+    parts = {"gpu": gpu, "cpu": cpu, "inclusive": inclusive, "launches": launches,
+             "kernels": kernels}  # fmt: skip
+    frame = _assemble(mapping, parts, shares, gpu_union, window, has_unattributed)
     unclosed = int(frame["unclosed"].sum())
-    frame = frame.with_columns(
-        (pl.col("wall_ns") / window_ns if window_ns > 0 else pl.lit(0.0)).alias("share")
-    ).select(list(FRAME_SCHEMA))
     notes = graph_notes(trace, pid, window) if pid is not None else []
     return PhaseBreakdown(
-        ws, we, frame, pid, gtid, gpu_union, mapping.name, unclosed, graph_notes=notes,
-        kernel_names=kernel_names,
+        ws, we, frame.select(list(FRAME_SCHEMA)), pid, gtid, gpu_union, mapping.name, unclosed,
+        graph_notes=notes, kernel_names=kernel_names,
     )  # fmt: skip
 
 
