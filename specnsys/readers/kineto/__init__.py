@@ -88,9 +88,10 @@ class KinetoReader:
         model = model_tables(events.tables(), stream.metadata)
         tables = model.tables
         if not any(tables[t].num_rows for t in _EVENT_TABLES):
+            kinds = events.kinds() + Counter({"no JSON object": events.unusable["not a JSON object"]})
             raise BadInputError(
                 f"{path}: a Chrome trace without host ranges, CUDA API calls or GPU work "
-                f"({events.events} events: {_kinds(events.kinds())}): nothing to analyze"
+                f"({events.events} events: {_kinds(kinds)}): nothing to analyze"
             )
         return BuiltModel(
             tables, _version(stream.metadata, events, model.origin), _notes(events, stream, model)

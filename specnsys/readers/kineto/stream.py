@@ -126,8 +126,7 @@ class ChromeTraceStream:
             chunk = self._source.read(max(CHUNK_CHARS, rest))
         except UnicodeDecodeError as exc:
             raise BadInputError(
-                f"{self.path}: not UTF-8 text ({exc.reason} near byte {exc.start} of a chunk): "
-                "not a Chrome trace"
+                f"{self.path}: not UTF-8 text ({exc.reason}): not a Chrome trace"
             ) from None
         except (gzip.BadGzipFile, zlib.error) as exc:
             raise BadInputError(f"{self.path}: not a valid gzip file ({exc})") from None
