@@ -13,8 +13,8 @@ NVTX range but outside the scope, so a few microseconds per range move from a ph
 parent in the torch view. The ``small`` preset keeps that under 1 point (measured 0.1-0.8
 points, p within 0.13; the ``tiny`` preset, whose steps are mostly framework overhead, gave
 up to 2.1 points once, a 4 ms stall inside one scope's start). The profiler's overhead itself
-(it records every operator) shifts the shares of the run it records, for both views alike:
-against an nsys-only run of the same settings p fell by 0-8 points; see docs/design.md#readers.
+(it records every operator) shifts the shares of the run it records, for both views alike,
+which is why the cross-check is one run, not two (docs/design.md#readers has the figures).
 """
 
 from __future__ import annotations
