@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import specnsys
+from specnsys.errors import BadInputError
 from tests.conftest import REPO, sha256
 from tests.kineto_builder import ChromeTrace
 
@@ -158,8 +161,6 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, 
 
 def _run(commands: list[list[str]], folder: Path) -> list[dict]:
     env_cache = {"SPECNSYS_CACHE_DIR": str(folder / "cache")}
-    import os
-
     done = subprocess.run(
         [sys.executable, "-m", "tests.cli_driver", json.dumps(commands)],
         capture_output=True, text=True, timeout=600, cwd=REPO, check=True,
@@ -198,3 +199,17 @@ def test_a_million_events_of_one_name(tmp_path: Path) -> None:
     assert "bottleneck share p = 50.0%" in analyze["stdout"]
     assert count["status"] == 0 and count["stdout"].split() == ["count_star()", "1000002"]
     assert sha256(path) == before
+
+
+def test_a_value_longer_than_any_event_is_refused_before_it_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One JSON value longer than :data:`MAX_VALUE_CHARS` (2^28; lowered here, with the
+    chunk size, so the file stays small) is no event: refused, not read whole into memory."""
+    from specnsys.readers.kineto import stream
+
+    monkeypatch.setattr(stream, "MAX_VALUE_CHARS", 1 << 16)
+    monkeypatch.setattr(stream, "CHUNK_CHARS", 1 << 12)
+    path = _write(tmp_path / "long.json", '{"traceEvents": [{"name": "' + "x" * (1 << 18) + '"}]}')
+    with pytest.raises(BadInputError, match="a JSON value of over 65,536 characters"):
+        specnsys.open(path, use_cache=False)

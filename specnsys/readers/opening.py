@@ -66,11 +66,10 @@ def _summary(built: BuiltModel) -> TraceSummary:
         con.execute("SET enable_progress_bar = false")
         for name in MODEL_TABLES:
             con.register(name, built.tables[name])
-        summary = summarize(con, built.version, [], list(MODEL_TABLES))
+        # no source tables: the reader's tables are not nsys's (``info`` names none)
+        return summarize(con, built.version, [], list(MODEL_TABLES))
     finally:
         con.close()
-    summary.version = built.version  # summarize keeps it; said for the reader's own type
-    return summary
 
 
 def _cached(

@@ -41,6 +41,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 #: is negligible, small enough to keep memory flat.
 CHUNK_CHARS = 1 << 20
 
+#: The longest single JSON value read (an event, or a top-level key's value): a trace event is
+#: a few hundred characters; a longer value is no event, and reading it would hold it whole.
+MAX_VALUE_CHARS = 1 << 28
+
 #: How close to the end of the buffer a decoding error must be for the value to be merely
 #: incomplete (cut by the chunk boundary) rather than malformed: a value cut at the end fails
 #: there, or inside a ``\\uXXXX`` escape a few characters before it.
@@ -122,6 +126,11 @@ class ChromeTraceStream:
             return False
         assert self._source is not None
         rest = len(self._buf) - self._pos
+        if rest > MAX_VALUE_CHARS:
+            raise BadInputError(
+                f"{self.path}: a JSON value of over {MAX_VALUE_CHARS:,} characters at character "
+                f"{self._base + self._pos}: not a Chrome trace event"
+            )
         try:
             chunk = self._source.read(max(CHUNK_CHARS, rest))
         except UnicodeDecodeError as exc:
