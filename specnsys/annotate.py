@@ -36,7 +36,7 @@ PyTorch profiler. While a ``torch.profiler`` (Kineto) is recording, every range 
 also a ``record_function`` scope, so one annotated run can be read from an nsys trace and from
 the torch profiler's Chrome trace alike (docs/design.md#readers). torch is never imported
 here: ``sys.modules`` says whether the program imported it, and its profiler's state is asked
-on each range (one C call, about 0.1 us; nothing at all when torch is not imported). Phases of
+on each range (one C call, about 0.1 us; a dictionary lookup when torch is not imported). Phases of
 the vocabulary keep their name (``decode``); a custom phase is ``specnsys.range:<name>``, a
 request ``specnsys.range:request=<id>``, a mark a zero-length ``specnsys.mark:<name>=<value>``
 (:data:`~specnsys.vocabulary.TORCH_MARK_PREFIX`). ``set_enabled`` switches the NVTX calls
@@ -221,29 +221,33 @@ _scope_lock = threading.Lock()
 _scope_stacks = threading.local()
 
 
-def _recording() -> _TorchScopes | None:
-    """The profiler's ops while a torch profiler is recording, else None (and None without a
-    C call while the program has not imported torch: then no profiler can run)."""
+def _torch_ops() -> _TorchScopes | None:
+    """The profiler's ops, looked up the first time torch is found imported (None before:
+    then no profiler can run)."""
     global _torch
-    scopes = _torch
-    if scopes is None:
-        torch = _modules.get("torch")
-        if torch is None:
-            return None
-        try:
-            scopes = _TorchScopes(torch)
-        except (AttributeError, RuntimeError):  # torch half imported, or without the ops
-            return None
-        _torch = scopes
-    return scopes if scopes.active() else None
+    torch = _modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        _torch = _TorchScopes(torch)
+    except (AttributeError, RuntimeError):  # torch half imported, or without the ops
+        return None
+    return _torch
+
+
+def _recording() -> _TorchScopes | None:
+    """The profiler's ops while a torch profiler is recording, else None."""
+    scopes = _torch if _torch is not None else _torch_ops()
+    return scopes if scopes is not None and scopes.active() else None
 
 
 def _scope_open(owner: object, name: str) -> None:
     """Open a ``record_function`` scope *name* for the range *owner* is entering, when a torch
-    profiler is recording; :func:`_scope_close` with the same *owner* closes it."""
+    profiler is recording; :func:`_scope_close` with the same *owner* closes it. Callers call
+    it only once torch is imported (``_torch`` set or ``"torch"`` in ``sys.modules``)."""
     global _open_scopes
-    scopes = _recording()
-    if scopes is None:
+    scopes = _torch if _torch is not None else _torch_ops()
+    if scopes is None or not scopes.active():
         return
     handle = scopes.enter(name, None)
     stack = getattr(_scope_stacks, "stack", None)
@@ -256,10 +260,9 @@ def _scope_open(owner: object, name: str) -> None:
 
 def _scope_close(owner: object) -> None:
     """Close the scope *owner* opened last on this thread, if its range opened one (a range
-    entered while no profiler was recording has none, even if one started since)."""
+    entered while no profiler was recording has none, even if one started since). Callers
+    test :data:`_open_scopes` first: while none is open, closing costs that one read."""
     global _open_scopes
-    if not _open_scopes:
-        return
     stack = getattr(_scope_stacks, "stack", None)
     if not stack or stack[-1][0] is not owner:
         return
@@ -272,6 +275,8 @@ def _scope_close(owner: object) -> None:
 
 def _scope_mark(message: str, value: int | None = None) -> None:
     """A mark as a zero-length scope ``specnsys.mark:<message>=<value>`` (while recording)."""
+    if _torch is None and "torch" not in _modules:
+        return
     scopes = _recording()
     if scopes is not None:
         payload = "" if value is None else f"={value}"
@@ -303,11 +308,13 @@ class _Phase:
 
     def __enter__(self) -> _Phase:
         self._push(self._attributes)
-        _scope_open(self, self._scope)
+        if _torch is not None or "torch" in _modules:
+            _scope_open(self, self._scope)
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:
-        _scope_close(self)
+        if _open_scopes:
+            _scope_close(self)
         self._pop()
         return False
 
@@ -317,11 +324,13 @@ class _Phase:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             push(attributes)
-            _scope_open(wrapper, self._scope)
+            if _torch is not None or "torch" in _modules:
+                _scope_open(wrapper, self._scope)
             try:
                 return func(*args, **kwargs)
             finally:
-                _scope_close(wrapper)
+                if _open_scopes:
+                    _scope_close(wrapper)
                 pop()
 
         return wrapper  # type: ignore[return-value]
@@ -341,11 +350,13 @@ class _NoopPhase:
         self._scope = _scope_name(name)
 
     def __enter__(self) -> _NoopPhase:
-        _scope_open(self, self._scope)
+        if _torch is not None or "torch" in _modules:
+            _scope_open(self, self._scope)
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:
-        _scope_close(self)
+        if _open_scopes:
+            _scope_close(self)
         return False
 
     def __call__(self, func: F) -> F:
@@ -358,11 +369,12 @@ class _NoopPhase:
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            _scope_open(wrapper, scope)
+            _scope_open(wrapper, scope)  # torch is imported (see above)
             try:
                 return func(*args, **kwargs)
             finally:
-                _scope_close(wrapper)
+                if _open_scopes:
+                    _scope_close(wrapper)
 
         return wrapper  # type: ignore[return-value]
 
