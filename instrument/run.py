@@ -5,14 +5,19 @@ runs it through the annotated loop and prints throughput, TTFT/TPOT and acceptan
 under ``nsys profile -t nvtx,osrt --sample=none --cpuctxsw=none`` (CPU) or ``-t cuda,nvtx``
 (GPU) to get a trace for specnsys. A warm-up request runs first with annotations off, so
 one-time costs (allocator, kernel loading) stay out of both the numbers and the traced
-window.
+window. ``--torch-profile FILE`` records the measured run with ``torch.profiler`` too and
+writes its Chrome trace (``.json``, or ``.json.gz``), which specnsys reads like an nsys
+export: under ``specnsys profile`` one run gives both traces (the annotations are NVTX ranges
+and ``record_function`` scopes at once).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -52,8 +57,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sample-delay-ms", type=float, default=0.0,
         help="sleep this long in every decode step's sample phase (an injected regression)",
     )
+    ap.add_argument(
+        "--torch-profile", metavar="FILE", default=None,
+        help="record the measured run with torch.profiler (CPU, and CUDA on a GPU) and write "
+        "its Chrome trace to FILE (.json, or .json.gz compressed)",
+    )
     ap.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     return ap.parse_args(argv)
+
+
+@contextlib.contextmanager
+def _torch_profiled(path: str | None, device: torch.device) -> Iterator[None]:
+    """Record the block with ``torch.profiler`` and write its Chrome trace to *path* (nothing
+    without a path). Operators and ``record_function`` scopes only: no shapes, no stacks,
+    which would add to the profiler's own overhead."""
+    if path is None:
+        yield
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, record_shapes=False, with_stack=False) as prof:
+        yield
+    prof.export_chrome_trace(path)
 
 
 def _warm_up(
@@ -99,7 +127,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], RunResult]:
     )
     gen_args = dict(mode=args.mode, k=max(k, 1), concurrency=args.concurrency, params=params)
     _warm_up(gen_args, target, draft, args.warmup)
-    with torch.inference_mode():
+    with _torch_profiled(args.torch_profile, device), torch.inference_mode():
         result = Generator(
             target, draft, seed=args.seed, sample_delay_s=args.sample_delay_ms / 1e3, **gen_args
         ).run(requests)
@@ -116,6 +144,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], RunResult]:
         greedy=args.greedy,
         seed=args.seed,
         annotations=annotate.enabled(),
+        torch_profile=args.torch_profile,
     )
     return summary, result
 

@@ -1,7 +1,8 @@
 """NVTX annotation API for speculative-decoding loops (docs/design.md#phases).
 
 (Over 500 lines on purpose: it is the one module users import, as ``sa``, and its parts --
-ranges, marks, method patching, the no-collector fast path -- share the cached NVTX handles.)
+ranges, marks, method patching, the no-collector fast path, the torch-profiler scopes -- share
+the cached NVTX handles.)
 
 Users wrap the phases of their own generation loop in ranges of the fixed phase vocabulary,
 in the NVTX domain ``specnsys``, so that ``specnsys`` can attribute every nanosecond of an
@@ -31,6 +32,18 @@ attribute objects). ``SPECNSYS_NVTX=1`` forces the real calls (for example to ex
 in tests), ``SPECNSYS_NVTX=0`` or nvtx's own ``NVTX_DISABLE`` forces the no-op path.
 ``bench/annotate_overhead.py`` measures both paths.
 
+PyTorch profiler. While a ``torch.profiler`` (Kineto) is recording, every range and mark is
+also a ``record_function`` scope, so one annotated run can be read from an nsys trace and from
+the torch profiler's Chrome trace alike (docs/design.md#readers). torch is never imported
+here: ``sys.modules`` says whether the program imported it, and its profiler's state is asked
+on each range (one C call, about 0.1 us; a dictionary lookup when torch is not imported). Phases of
+the vocabulary keep their name (``decode``); a custom phase is ``specnsys.range:<name>``, a
+request ``specnsys.range:request=<id>``, a mark a zero-length ``specnsys.mark:<name>=<value>``
+(:data:`~specnsys.vocabulary.TORCH_MARK_PREFIX`). ``set_enabled`` switches the NVTX calls
+only; the scopes follow the profiler. A request ended on another thread than the one that
+started it stays open to the profiler's end in a torch trace (Kineto ends a scope on its own
+thread only).
+
 The names (``PHASES``, ``DOMAIN``, ``MARKS``, ``VALUE_MARKS``) are defined in
 :mod:`specnsys.vocabulary`, which the analysis shares without importing ``nvtx``; they are
 re-exported here unchanged. This module imports only the standard library, ``nvtx`` and the
@@ -47,6 +60,7 @@ import functools
 import inspect
 import operator
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -65,6 +79,8 @@ from specnsys.vocabulary import (
     PROPOSED_MARK,
     REQUEST_PHASE,
     TOKENS_MARK,
+    TORCH_MARK_PREFIX,
+    TORCH_RANGE_PREFIX,
     VALUE_MARKS,
 )
 
@@ -180,6 +196,99 @@ def set_enabled(flag: bool) -> None:
         _custom_cache.clear()
 
 
+# --------------------------------------------------------------------------- torch profiler
+
+_modules = sys.modules
+
+
+class _TorchScopes:
+    """The torch profiler's ``record_function`` ops, looked up once torch is imported."""
+
+    __slots__ = ("active", "enter", "exit")
+
+    def __init__(self, torch: Any) -> None:
+        self.active: Callable[[], bool] = torch._C._autograd._profiler_enabled
+        ops = torch.ops.profiler
+        self.enter: Callable[[str, None], Any] = ops._record_function_enter_new
+        self.exit: Callable[[Any], None] = ops._record_function_exit._RecordFunction
+
+
+_torch: _TorchScopes | None = None
+#: Scopes open on all threads (changed under :data:`_scope_lock`), so that closing a range
+#: costs one read while no profiler is recording.
+_open_scopes = 0
+_scope_lock = threading.Lock()
+_scope_stacks = threading.local()
+
+
+def _torch_ops() -> _TorchScopes | None:
+    """The profiler's ops, looked up the first time torch is found imported (None before:
+    then no profiler can run)."""
+    global _torch
+    torch = _modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        _torch = _TorchScopes(torch)
+    except (AttributeError, RuntimeError):  # torch half imported, or without the ops
+        return None
+    return _torch
+
+
+def _recording() -> _TorchScopes | None:
+    """The profiler's ops while a torch profiler is recording, else None."""
+    scopes = _torch if _torch is not None else _torch_ops()
+    return scopes if scopes is not None and scopes.active() else None
+
+
+def _scope_open(owner: object, name: str) -> None:
+    """Open a ``record_function`` scope *name* for the range *owner* is entering, when a torch
+    profiler is recording; :func:`_scope_close` with the same *owner* closes it. Callers call
+    it only once torch is imported (``_torch`` set or ``"torch"`` in ``sys.modules``)."""
+    global _open_scopes
+    scopes = _torch if _torch is not None else _torch_ops()
+    if scopes is None or not scopes.active():
+        return
+    handle = scopes.enter(name, None)
+    stack = getattr(_scope_stacks, "stack", None)
+    if stack is None:
+        stack = _scope_stacks.stack = []
+    stack.append((owner, handle))
+    with _scope_lock:
+        _open_scopes += 1
+
+
+def _scope_close(owner: object) -> None:
+    """Close the scope *owner* opened last on this thread, if its range opened one (a range
+    entered while no profiler was recording has none, even if one started since). Callers
+    test :data:`_open_scopes` first: while none is open, closing costs that one read."""
+    global _open_scopes
+    stack = getattr(_scope_stacks, "stack", None)
+    if not stack or stack[-1][0] is not owner:
+        return
+    _, handle = stack.pop()
+    with _scope_lock:
+        _open_scopes -= 1
+    assert _torch is not None
+    _torch.exit(handle)
+
+
+def _scope_mark(message: str, value: int | None = None) -> None:
+    """A mark as a zero-length scope ``specnsys.mark:<message>=<value>`` (while recording)."""
+    if _torch is None and "torch" not in _modules:
+        return
+    scopes = _recording()
+    if scopes is not None:
+        payload = "" if value is None else f"={value}"
+        scopes.exit(scopes.enter(f"{TORCH_MARK_PREFIX}{message}{payload}", None))
+
+
+def _scope_name(name: str) -> str:
+    """The ``record_function`` name of phase *name*: itself for a phase of the vocabulary,
+    ``specnsys.range:<name>`` for a custom one (its domain, which scopes lack, in the name)."""
+    return name if name in PHASES else f"{TORCH_RANGE_PREFIX}{name}"
+
+
 class _Phase:
     """A reusable NVTX push/pop range; stateless, so one instance serves every thread.
 
@@ -187,20 +296,25 @@ class _Phase:
     instance are both safe.
     """
 
-    __slots__ = ("name", "_attributes", "_push", "_pop")
+    __slots__ = ("name", "_scope", "_attributes", "_push", "_pop")
 
     def __init__(self, name: str, color: int) -> None:
         backend = _get_backend()
         self.name = name
+        self._scope = _scope_name(name)
         self._attributes = backend.attributes(name, color)
         self._push = backend.push
         self._pop = backend.pop
 
     def __enter__(self) -> _Phase:
         self._push(self._attributes)
+        if _torch is not None or "torch" in _modules:
+            _scope_open(self, self._scope)
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:
+        if _open_scopes:
+            _scope_close(self)
         self._pop()
         return False
 
@@ -210,9 +324,13 @@ class _Phase:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             push(attributes)
+            if _torch is not None or "torch" in _modules:
+                _scope_open(wrapper, self._scope)
             try:
                 return func(*args, **kwargs)
             finally:
+                if _open_scopes:
+                    _scope_close(wrapper)
                 pop()
 
         return wrapper  # type: ignore[return-value]
@@ -222,21 +340,43 @@ class _Phase:
 
 
 class _NoopPhase:
-    """The phase used when no collector can attach: enter/exit do nothing."""
+    """The phase used when no collector can attach: no NVTX call, only the torch profiler's
+    scope while one is recording (see the module docstring)."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "_scope")
 
     def __init__(self, name: str, color: int) -> None:
         self.name = name
+        self._scope = _scope_name(name)
 
     def __enter__(self) -> _NoopPhase:
+        if _torch is not None or "torch" in _modules:
+            _scope_open(self, self._scope)
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:
+        if _open_scopes:
+            _scope_close(self)
         return False
 
     def __call__(self, func: F) -> F:
-        return func
+        """The function itself while the program has not imported torch (no profiler can
+        record it: a function decorated before torch is imported opens no scope), else a
+        wrapper that opens the scope while a torch profiler records."""
+        if "torch" not in _modules:
+            return func
+        scope = self._scope
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            _scope_open(wrapper, scope)  # torch is imported (see above)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                if _open_scopes:
+                    _scope_close(wrapper)
+
+        return wrapper  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f"phase({self.name!r}, noop)"
@@ -283,12 +423,13 @@ def phase(name: str, *, allow_custom: bool = False) -> _Phase | _NoopPhase:
 class RequestHandle:
     """An open ``request`` range; pass it to ``end_request`` (from any thread)."""
 
-    __slots__ = ("request_id", "_range_id", "_open")
+    __slots__ = ("request_id", "_range_id", "_open", "_scope")
 
-    def __init__(self, request_id: int, range_id: Any) -> None:
+    def __init__(self, request_id: int, range_id: Any, scope: Any = None) -> None:
         self.request_id = request_id
         self._range_id = range_id
         self._open = True
+        self._scope = scope  # the torch profiler's record_function handle, while recording
 
     @property
     def is_open(self) -> bool:
@@ -306,11 +447,17 @@ def start_request(request_id: int) -> RequestHandle:
     may be finished by another thread than the one that admitted them.
     """
     rid = operator.index(request_id)
-    if not _enabled:
-        return RequestHandle(rid, None)
-    backend = _get_backend()
-    range_id = backend.start(backend.attributes(REQUEST_PHASE, _COLORS[REQUEST_PHASE], rid))
-    return RequestHandle(rid, range_id)
+    range_id = None
+    if _enabled:
+        backend = _get_backend()
+        range_id = backend.start(backend.attributes(REQUEST_PHASE, _COLORS[REQUEST_PHASE], rid))
+    scopes = _recording()
+    scope = (
+        None
+        if scopes is None
+        else scopes.enter(f"{TORCH_RANGE_PREFIX}{REQUEST_PHASE}={rid}", None)
+    )
+    return RequestHandle(rid, range_id, scope)
 
 
 def end_request(handle: RequestHandle, output_tokens: int | None = None) -> None:
@@ -329,6 +476,12 @@ def end_request(handle: RequestHandle, output_tokens: int | None = None) -> None
     handle._open = False
     if n is not None and handle._range_id is not None:
         _emit_mark(OUTPUT_TOKENS_MARK, n)
+    if handle._scope is not None:
+        if n is not None:
+            _scope_mark(OUTPUT_TOKENS_MARK, n)
+        assert _torch is not None
+        _torch.exit(handle._scope)
+        handle._scope = None
     if handle._range_id is not None:
         _get_backend().end(handle._range_id)
         handle._range_id = None
@@ -377,6 +530,8 @@ def mark_acceptance(proposed: int, accepted: int) -> None:
     n = operator.index(accepted)
     if k < 0 or not 0 <= n <= k:
         raise ValueError(f"need 0 <= accepted <= proposed, got proposed={k}, accepted={n}")
+    _scope_mark(PROPOSED_MARK, k)
+    _scope_mark(ACCEPTED_MARK, n)
     if not _enabled:
         return
     _emit_mark(PROPOSED_MARK, k)
@@ -393,6 +548,7 @@ def mark_tokens(n: int) -> None:
     v = operator.index(n)
     if v < 0:
         raise ValueError(f"token count must be >= 0, got {v}")
+    _scope_mark(TOKENS_MARK, v)
     if not _enabled:
         return
     _emit_mark(TOKENS_MARK, v)
@@ -401,6 +557,7 @@ def mark_tokens(n: int) -> None:
 def mark_first_token(request_id: int) -> None:
     """Emit a ``first_token`` mark for ``request_id`` (TTFT is measured up to this point)."""
     rid = operator.index(request_id)
+    _scope_mark(FIRST_TOKEN_MARK, rid)
     if not _enabled:
         return
     _emit_mark(FIRST_TOKEN_MARK, rid)
@@ -415,6 +572,7 @@ def mark_value(name: str, value: int) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError("mark name must be a non-empty string")
     v = operator.index(value)
+    _scope_mark(name, v)
     if not _enabled:
         return
     _emit_mark(name, v)

@@ -36,6 +36,8 @@ __all__ = [
     "STEP_PHASE",
     "TARGET_BYTES_MARK",
     "TOKENS_MARK",
+    "TORCH_MARK_PREFIX",
+    "TORCH_RANGE_PREFIX",
     "VALUE_MARKS",
 ]
 
@@ -154,6 +156,20 @@ VALUE_MARKS: dict[str, str] = {
 }
 """Integer-payload marks the analysis reads, each with its meaning: facts a trace's timings
 cannot tell (how many tokens a step emitted, how many bytes a forward read)."""
+
+# --------------------------------------------------------------------------- torch profiler names
+
+TORCH_MARK_PREFIX = "specnsys.mark:"
+"""How a mark travels through the PyTorch profiler, which has ranges but no marks or payloads:
+a zero-length ``record_function`` named ``specnsys.mark:<name>=<int>`` (or ``specnsys.mark:<name>``
+without a payload) is the mark ``<name>`` of the ``specnsys`` domain with that integer payload,
+at the range's start (docs/design.md#marks)."""
+
+TORCH_RANGE_PREFIX = "specnsys.range:"
+"""A ``record_function`` named ``specnsys.range:<name>[=<int>]`` is a range ``<name>`` of the
+``specnsys`` domain (with that integer payload): how a ``request`` range carries its request id,
+and how a custom phase name keeps its domain. A phase name of the vocabulary needs no prefix: a
+``record_function`` named ``decode`` is the ``decode`` phase (docs/design.md#readers)."""
 
 # --------------------------------------------------------------------------- CUDA runtime calls
 

@@ -15,7 +15,7 @@ Layers, top to bottom (a module may import its own layer and any layer below it)
     report                   text, JSON, figures and HTML from results
     metrics                  numbers from an attributed trace
     attribution              what each span of time and GPU operation belongs to
-    ingest                   export -> normalized model -> cache
+    ingest, readers          export (nsys, or another reader's format) -> model -> cache
 
 Base modules (errors, the vocabulary, the test-trace builder) import only each other and may
 be imported from anywhere; so may ``__version__`` from the package (a constant defined before
@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # top to bottom
     ("specnsys.report",),
     ("specnsys.metrics",),
     ("specnsys.attribution",),
-    ("specnsys.ingest",),
+    ("specnsys.ingest", "specnsys.readers"),
 )
 BASE = (
     "specnsys.errors", "specnsys.vocabulary", "specnsys.small_files", "specnsys.testing",

@@ -229,6 +229,13 @@ CONVENTIONS: tuple[str, ...] = (
     "processes), after dropping runtime rows with is_backtrace.",
     "Query the tables with specnsys sql TRACE \"SELECT ...\" (DuckDB types, as printed) or "
     "Trace.table(name) in Python (Polars types, as printed).",
+    "A PyTorch-profiler (Kineto) Chrome trace fills the same tables (design.md#readers): "
+    "record_function scopes and operators are nvtx push/pop ranges (category = the Kineto "
+    "category); a scope named after a phase, or specnsys.range:<name>[=<int>], is in the "
+    "specnsys domain (a request a start/end range, its id in payload_int), and a zero-length "
+    "specnsys.mark:<name>[=<int>] is a mark of it; pid/tid are the OS ids, global_tid = "
+    "pid * 2^24 + tid and global_pid = pid * 2^24; times are ts x 1000 ns; GPU work takes "
+    "the process whose API call has its correlation id; tables without such events are empty.",
 )
 
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run nee
 
 
 class Trace:
-    """One ingested nsys export.
+    """One ingested trace: an nsys export, or a file of another reader (``specnsys.readers``).
 
     ``sql()`` runs DuckDB SQL over the model tables (``threads``, ``processes``, ``nvtx``,
     ``runtime``, ``kernels``, ``memcpy``, ``memset``, ``sync``, ``gpu_metrics``, ``gpus``);
@@ -245,7 +245,9 @@ def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConne
 
 
 def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
-    """Open an nsys ``.sqlite`` export (or ``.nsys-rep`` report, with ``nsys`` on PATH).
+    """Open an nsys ``.sqlite`` export (or ``.nsys-rep`` report, with ``nsys`` on PATH), or
+    a trace another reader recognizes by its content (``specnsys.readers``: a PyTorch-profiler
+    Chrome trace, ``.json`` or ``.json.gz``).
 
     Raises :class:`specnsys.errors.BadInputError` with a one-line message for anything that is
     not a usable export. The export is opened read-only and never modified.
@@ -253,6 +255,16 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
     started = time.perf_counter()
     explicit_memory_limit()  # a bad SPECNSYS_MEMORY_LIMIT is refused warm or cold alike
     root = cache.usable_root() if use_cache and not cache.cache_disabled() else None
+    from specnsys.readers import open_model, reader_for
+
+    reader = reader_for(Path(path))
+    if reader is not None:
+        opened = open_model(reader, Path(path), root)
+        return Trace(
+            Path(path), opened.summary, parquet_folder=opened.folder,
+            arrow_tables=opened.tables, from_cache=opened.from_cache,
+            open_seconds=time.perf_counter() - started,
+        )  # fmt: skip
     sqlite_path, scratch = export_report_if_needed(Path(path), root)
     try:
         # an export in a private folder has a name of its own each time: no entry to key on it

@@ -37,7 +37,8 @@ def render_info_text(summary: TraceSummary, *, path: str, cache: str) -> str:
     ]
     for table in MODEL:
         rows = summary.row_counts.get(table.name, 0)
-        source = table.counts_source or ""
+        # a trace of another reader (no source tables) has no nsys table to name
+        source = (table.counts_source or "") if summary.source_tables else ""
         if source and source not in summary.source_tables:
             source += " (absent)"
         if table.name == "nvtx" and summary.nvtx_kinds:
