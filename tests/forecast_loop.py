@@ -90,8 +90,10 @@ def build_run(
     k: int = 0,
     accepted: Callable[[int], int] | None = None,
     costs: Costs = COSTS,
+    gpu: bool = False,
 ) -> Path:
-    """A run of *requests* ``(input, output)`` lengths; speculative with *k* drafts."""
+    """A run of *requests* ``(input, output)`` lengths; speculative with *k* drafts; with
+    *gpu*, each target and draft pass launches one kernel that runs inside its range."""
     c = costs
     accepted = accepted or constant(0)
     b = NsysExportBuilder()
@@ -105,9 +107,17 @@ def build_run(
     seq_step = 0
     ends: list[tuple[int, int, int]] = []  # (start, end, rid)
 
+    launches = 0
+    if gpu:
+        b.gpu(0)
+
     def rng(name: str, ns: int) -> None:
-        nonlocal t
+        nonlocal t, launches
         b.push_pop(t, t + ns, name, **kw)
+        if gpu and name in ("forward", "verify", "draft"):
+            launches += 1
+            b.runtime(t + 1, t + 2, "cudaLaunchKernel", launches)
+            b.kernel(t + 2, t + ns - 1, f"{name}_kernel", launches)
         t += ns
 
     def end(seq: _Seq) -> None:

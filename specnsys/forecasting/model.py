@@ -195,7 +195,7 @@ def _step_term(b: _Builder, rows: pl.DataFrame, name: str) -> None:
     role, phase, column, names = STEP_TERMS[name]
     own = rows.filter((pl.col("role") == role) & (pl.col(column) > 0))
     note = None
-    if name == "verify" and own["k"].n_unique() < 2:
+    if name == "verify" and own.height and own["k"].n_unique() < 2:
         base = rows.filter((pl.col("role") == BASELINE) & (pl.col("forward_ns") > 0))
         if base.height:
             base = base.with_columns(
@@ -252,14 +252,20 @@ def _prefill_term(b: _Builder, phase: str) -> bool:
     names = ["prefill", "input_tokens"]
     x, y = _matrix(marked.with_columns(pl.lit(1.0).alias("prefill")), names, "duration_ns")
     fit = least_squares(x, y, names)
-    if fit is None or "input_tokens" not in fit.coefficients:
+    if fit is None:
         return False
+    assumed = None
+    if "input_tokens" not in fit.coefficients:
+        assumed = (
+            f"{phase} time does not grow with the prompt in these ranges (its slope fitted "
+            "below 0 or not separable): a fixed time per range"
+        )
     runs = [r for r in b.data.runs if r.run_id in set(marked["run_id"].to_list())]
     exclusive = float(sum(r.phases.get(phase, 0) for r in runs))
     calibration = exclusive / float(marked["duration_ns"].sum())
     b.terms.append(
         _term(phase, "both", f"{phase} range time", names, fit,
-              f"{marked.height} {phase} ranges of {len(runs)} runs", calibration,
+              f"{marked.height} {phase} ranges of {len(runs)} runs", calibration, assumed,
               symbol=f"{phase}_ns")
     )  # fmt: skip
     return True

@@ -82,13 +82,13 @@ class Workload:
 def _lengths(frame: pl.DataFrame, column: str, where: str) -> tuple[int, ...]:
     """*column* as whole numbers >= 1, or the one-line error naming the first bad row."""
     series = frame[column]
-    if not (series.dtype.is_numeric() or series.dtype == pl.Null):
-        bad = series.cast(pl.Float64, strict=False).is_null() & series.is_not_null()
+    values = series.cast(pl.Float64, strict=False)  # text such as "nan" becomes a float
+    bad = values.is_null() & series.is_not_null()
+    if bool(bad.any()):
         row = int(bad.arg_max() or 0)
         raise BadInputError(
             f"{where}: row {row + 1}: {column} is {series[row]!r}, not a number of tokens"
         )
-    values = series.cast(pl.Float64)
     ok = values.is_not_null() & values.is_finite() & (values >= 1) & (values == values.floor())
     if not bool(ok.all()):
         row = int((~ok.fill_null(False)).arg_max() or 0)
