@@ -346,8 +346,7 @@ def _cell(
     best_k: int | NotAvailable = _na("no curve")
     best_s: float | NotAvailable = _na("no curve")
     if curve is not None and curve.k:
-        i = int(np.argmax(np.asarray(curve.speedup) * (1.0 - _TIE * np.arange(len(curve.k)))))
-        best_k, best_s = curve.k[i], curve.speedup[i]
+        best_k, best_s = curve.best_k, curve.best_speedup
     eb, es = errors.baseline, errors.spec
     interval_s: Interval | NotAvailable = _na("no error estimate")
     interval_ns: Interval | NotAvailable = _na("no error estimate")
@@ -399,8 +398,9 @@ def _curve(
         if isinstance(m, float):
             measured_k.append(k)
             measured_s.append(m)
-    return Curve(base.concurrency, tuple(ks), tuple(speedups), tuple(measured_k),
-                 tuple(measured_s))  # fmt: skip
+    best = int(np.argmax(np.asarray(speedups) * (1.0 - _TIE * np.arange(len(ks)))))
+    return Curve(base.concurrency, tuple(ks), tuple(speedups), ks[best], speedups[best],
+                 tuple(measured_k), tuple(measured_s))  # fmt: skip
 
 
 def held_out(data: FitData, seed: int = 0) -> HeldOut:

@@ -210,6 +210,9 @@ class Curve:
     concurrency: int
     k: tuple[int, ...]
     speedup: tuple[float, ...]
+    best_k: int
+    """The k of the highest predicted speedup (the smallest on a tie)."""
+    best_speedup: float
     measured_k: tuple[int, ...]
     measured_speedup: tuple[float, ...]
 

@@ -36,15 +36,13 @@ def forecast_data(forecast: Mapping[str, Any]) -> dict[str, Any]:
         }
     lines = []
     for c in curves:
-        speedups = [float(s) for s in c["speedup"]]
-        best = max(range(len(speedups)), key=lambda i: (speedups[i], -i))
         lines.append(
             {
                 "concurrency": c["concurrency"],
                 "k": list(c["k"]),
-                "speedup": speedups,
-                "best_k": c["k"][best],
-                "best_speedup": speedups[best],
+                "speedup": [float(s) for s in c["speedup"]],
+                "best_k": c["best_k"],
+                "best_speedup": float(c["best_speedup"]),
                 "measured_k": list(c["measured_k"]),
                 "measured_speedup": [float(s) for s in c["measured_speedup"]],
             }
