@@ -11,10 +11,11 @@ loop attributes its whole run to phases:
 * ``kv``: cache slot reset, rollback after rejections, slot release.
 
 A ``request`` start/end range spans admission to the last output token; ``proposed`` /
-``accepted`` marks are emitted per sequence per speculative step and ``target_bytes`` per
-target forward. Token counts are marked too (``specnsys.annotate.VALUE_MARKS``): ``tokens``
-per step (whole batch) and per prefill, ``first_token`` (payload: request id) when a request's
-first token reaches the host, ``output_tokens`` just before its range ends -- so per-token
+``accepted`` marks are emitted per sequence per speculative step, ``target_bytes`` per
+target forward and ``input_tokens`` (the prompt tokens read) per prefill and draft prefill.
+Token counts are marked too (``specnsys.annotate.VALUE_MARKS``): ``tokens`` per step (whole
+batch) and per prefill, ``first_token`` (payload: request id) when a request's first token
+reaches the host, ``output_tokens`` just before its range ends -- so per-token
 time, TTFT and TPOT come from the trace itself. On CUDA, ``device_memory_peak`` marks inside
 ``prefill``/``forward``/``draft``/``verify`` give each range's peak allocated memory.
 
@@ -218,6 +219,7 @@ class Generator:
         prompt = torch.tensor([req.prompt], device=self.device)
         with self._phase("prefill"):
             self._mark_target([0], len(req.prompt))
+            annotate.mark_value("input_tokens", len(req.prompt))
             logits = self.target(prompt, self.tcache, [slot], last_only=True)[:, -1]
         with annotate.phase("sample"):
             token = select(logits, self.params, self.gen, self._presence([slot]))
@@ -232,6 +234,7 @@ class Generator:
             # The draft sees all but the last prompt token (see the cache invariant above).
             with annotate.phase("draft_prefill"):
                 if len(req.prompt) > 1:
+                    annotate.mark_value("input_tokens", len(req.prompt) - 1)
                     self.draft(prompt[:, :-1], self.dcache, [slot], last_only=True)
                     self._stats.draft_forwards += 1
         return state

@@ -7,6 +7,7 @@ In a notebook or a script::
     trace = specnsys.open("spec.sqlite")        # the columnar model: trace.sql(...), trace.table(...)
     run = specnsys.analyze("spec.sqlite")       # every metric; run.to_dict() is `analyze --json`
     pair = specnsys.compare("base.sqlite", "spec.sqlite")   # predicted vs measured speedup
+    ahead = specnsys.forecast("base.sqlite", "spec.sqlite", k=[2, 4])  # configurations not run
     breakdown = specnsys.phases("spec.sqlite")  # exclusive time per phase, a Polars frame
     fig = specnsys.figure("phases", "base.sqlite", "spec.sqlite").draw()
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         whatif,
     )
     from specnsys.ingest import MODEL_TABLES, Trace  # noqa: F401
+    from specnsys.runset.forecast import advise, forecast  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -49,11 +51,15 @@ __all__ = [
     "Trace",
     "__version__",
     *PUBLIC_FUNCTIONS,
+    "advise",
+    "forecast",
 ]
 
 #: Loaded on first use: the trace model's names from :mod:`specnsys.ingest`, the public
 #: functions from :mod:`specnsys.api` (which imports nothing heavy until one is called).
 _INGEST = ("MODEL_TABLES", "Trace")
+#: Loaded on first use from :mod:`specnsys.runset.forecast`: they read traces and datasets.
+_RUNSET = ("advise", "forecast")
 
 
 def __getattr__(name: str) -> Any:
@@ -65,6 +71,10 @@ def __getattr__(name: str) -> Any:
         from specnsys import api
 
         return getattr(api, name)
+    if name in _RUNSET:
+        from specnsys.runset import forecast
+
+        return getattr(forecast, name)
     raise AttributeError(f"module 'specnsys' has no attribute {name!r}")
 
 

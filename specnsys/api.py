@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from specnsys.attribution import PhaseBreakdown, PhaseRules
     from specnsys.attribution.context import AttributionContext
     from specnsys.attribution.lanes import TimelineLanes
+    from specnsys.forecasting.extract import TraceFit
     from specnsys.ingest import Trace
     from specnsys.metrics import Analysis, Comparison
     from specnsys.metrics.ab_compare import ABComparison
@@ -206,6 +207,24 @@ def analyze_steps(
         analysis = _analyze_open(trace, mapping, pid, context, window)
         steps = analysis_steps(trace, analysis, context.rules, context)
     return replace(analysis, data_warnings=tuple(notes)), steps
+
+
+def fit_trace(
+    path: str | Path,
+    *,
+    rules: PhaseRules | str | Path | None = None,
+    use_cache: bool = True,
+) -> tuple[TraceFit, tuple[str, ...]]:
+    """What ``specnsys forecast`` fits on from one trace (:func:`specnsys.forecasting.extract.
+    trace_fit`: the run, its decode steps with their context, its prefills and requests), from
+    one opening of the trace, and the trace's data warnings."""
+    from specnsys.forecasting.extract import trace_fit
+
+    mapping = resolve_rules(rules)
+    with _checked(path, use_cache, mapping) as (trace, notes, context):
+        analysis = _analyze_open(trace, mapping, None, context)
+        fit = trace_fit(trace, analysis, context.rules, context)
+    return fit, tuple(notes)
 
 
 def _warnings_of(results: Sequence[Any]) -> tuple[str, ...]:

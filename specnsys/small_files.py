@@ -52,19 +52,7 @@ def read_small_text(
     the file system (missing, a directory, no permission) and of decoding propagate as
     :class:`OSError` and :class:`UnicodeDecodeError` for the caller to word.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{path}: not a regular file ({what})")
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes or info.st_size > max_bytes:
-        size = max(len(data), info.st_size)
-        limit = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes >> 10} KiB"
-        raise error(f"{path}: {size} bytes is too large ({what}; at most {limit})")
-    return data.decode("utf-8")
+    return read_small_bytes(path, what=what, max_bytes=max_bytes, error=error).decode("utf-8")
 
 
 def write_files(contents: Mapping[Path, Content]) -> None:
@@ -148,3 +136,28 @@ class WriteError(OutputError):
 
 def _cannot_write(target: Path, exc: OSError) -> WriteError:
     return WriteError(target, str(exc.strerror or exc))
+
+
+def read_small_bytes(
+    path: Path,
+    *,
+    what: str,
+    max_bytes: int,
+    error: type[SpecnsysError] = BadInputError,
+) -> bytes:
+    """The bytes of *path*, a regular file of at most *max_bytes*: :func:`read_small_text`'s
+    checks (no FIFO, device or socket; the size bounded on the open descriptor and while
+    reading) for a file that is not text, such as a Parquet workload."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{path}: not a regular file ({what})")
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes or info.st_size > max_bytes:
+        size = max(len(data), info.st_size)
+        limit = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes >> 10} KiB"
+        raise error(f"{path}: {size} bytes is too large ({what}; at most {limit})")
+    return data

@@ -23,6 +23,7 @@ __all__ = [
     "DOMAIN",
     "DRAFT_ROLE",
     "FIRST_TOKEN_MARK",
+    "INPUT_TOKENS_MARK",
     "LAUNCH_NAME_PATTERN",
     "OUTPUT_TOKENS_MARK",
     "PHASES",
@@ -140,6 +141,7 @@ FIRST_TOKEN_MARK = "first_token"
 OUTPUT_TOKENS_MARK = "output_tokens"
 TARGET_BYTES_MARK = "target_bytes"
 DEVICE_MEMORY_PEAK_MARK = "device_memory_peak"
+INPUT_TOKENS_MARK = "input_tokens"
 
 VALUE_MARKS: dict[str, str] = {
     TOKENS_MARK: "output tokens emitted by one decode step across the batch (1 for the first "
@@ -153,6 +155,8 @@ VALUE_MARKS: dict[str, str] = {
     DEVICE_MEMORY_PEAK_MARK: "peak device memory allocated (bytes) during the enclosing phase "
     "range, emitted inside it (CUDA runs; torch.cuda.max_memory_allocated after a reset at its "
     "start)",
+    INPUT_TOKENS_MARK: "prompt tokens one prefill (or draft prefill) reads, inside that range: "
+    "what prefill time is fitted against (specnsys forecast)",
 }
 """Integer-payload marks the analysis reads, each with its meaning: facts a trace's timings
 cannot tell (how many tokens a step emitted, how many bytes a forward read)."""

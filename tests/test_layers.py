@@ -13,7 +13,7 @@ Layers, top to bottom (a module may import its own layer and any layer below it)
     api                      the application layer: open -> check -> analyze -> render
     capture, annotate, inject   running and instrumenting a workload under nsys
     report                   text, JSON, figures and HTML from results
-    metrics                  numbers from an attributed trace
+    metrics, forecasting     numbers from an attributed trace; the cost model and forecasts
     attribution              what each span of time and GPU operation belongs to
     ingest, readers          export (nsys, or another reader's format) -> model -> cache
 
@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # top to bottom
     ("specnsys.api",),
     ("specnsys.capture", "specnsys.annotate", "specnsys.inject"),
     ("specnsys.report",),
-    ("specnsys.metrics",),
+    ("specnsys.metrics", "specnsys.forecasting"),
     ("specnsys.attribution",),
     ("specnsys.ingest", "specnsys.readers"),
 )

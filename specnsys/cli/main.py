@@ -59,10 +59,12 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from specnsys import __version__
     from specnsys.cli import (
+        advise,
         analyze,
         check,
         collect,
         compare,
+        forecast,
         info,
         kernels,
         phases,
@@ -104,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     collect.register(sub)
     check.register(sub)
     sweep.register(sub)
+    forecast.register(sub)
+    advise.register(sub)
     schema.register(sub)
     return parser
 

@@ -16,7 +16,7 @@ from specnsys.cli.common import (
 )
 from specnsys.errors import UsageError
 
-KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline", "verify-cost")
+KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline", "verify-cost", "forecast")
 #: The kinds that also draw a dataset written by ``specnsys collect`` (given as the one input).
 DATASET_KINDS = ("sweep", "verify-cost")
 FORMATS = ("png", "svg")
@@ -25,8 +25,8 @@ FORMATS = ("png", "svg")
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plot",
-        help="draw a figure (phases, amdahl, acceptance, sweep, timeline, verify-cost) as PNG "
-        "or SVG",
+        help="draw a figure (phases, amdahl, acceptance, sweep, timeline, verify-cost, "
+        "forecast) as PNG or SVG",
         description=(
             "phases: one bar per trace; amdahl: speedup vs r for the baseline's p (with the "
             "operating point when a baseline and a speculative trace are given; for a generic "
@@ -34,7 +34,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "the first speculative trace; sweep: each speculative trace against the nearest "
             "baseline before it, or, given a dataset (specnsys collect), the measured speedup over k x "
             "concurrency; timeline: one decode step of one trace; verify-cost (a dataset): "
-            "verify step time against (k + 1) x batch with the fitted line."
+            "verify step time against (k + 1) x batch with the fitted line; forecast (traces or "
+            "a dataset): the predicted speedup against k per concurrency, measured points "
+            "overlaid."
         ),
     )
     p.add_argument("kind", choices=KINDS, help="which figure")
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--step and --window only apply to the timeline")
     if args.step is not None and args.window is not None:
         raise UsageError("give --step or --window, not both")
-    fig = _dataset_figure(args)
+    fig = _forecast_figure(args) if args.kind == "forecast" else _dataset_figure(args)
     if fig is None:
         fig = api.figure(args.kind, *args.traces, rules=args.rules, pid=args.pid, step=args.step,
                          window_ms=args.window, tokens=args.tokens, same_output=args.same_output,
@@ -78,6 +80,25 @@ def run(args: argparse.Namespace) -> int:
     print(f"{out}: {fig.title}")
     api.warn(fig)
     return 0
+
+
+def _forecast_figure(args: argparse.Namespace) -> api.Figure:
+    """The forecast of the traces or dataset given (its own workload and configurations):
+    predicted speedup against k per concurrency, measured points overlaid."""
+    from specnsys.forecasting.results import Forecast
+    from specnsys.report import plots
+    from specnsys.results import to_dict
+    from specnsys.runset.forecast import forecast
+
+    given = [n for n, v in (("--tokens", args.tokens), ("--same-output", args.same_output),
+                            ("--pid", args.pid)) if v]  # fmt: skip
+    if given:
+        raise UsageError(f"{', '.join(given)}: not for the forecast figure")
+    result = forecast(*args.traces, rules=args.rules, use_cache=not args.no_cache)
+    assert isinstance(result, Forecast)
+    data = plots.forecast_data(to_dict(result))
+    plots.require_drawable(data)
+    return api.Figure("forecast", data, result.data_warnings)
 
 
 def _dataset_figure(args: argparse.Namespace) -> api.Figure | None:

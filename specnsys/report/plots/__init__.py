@@ -23,7 +23,7 @@ timeline   one decode step as CPU / API / GPU lanes               timeline lanes
 
 Two more draw a collected dataset (not part of a report): ``sweep-grid``, measured speedup over
 k x concurrency, and ``verify-cost``, verify step time against (k + 1) x batch with the fitted
-line.
+line; ``forecast`` draws a forecast's predicted speedup against k per concurrency.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from specnsys.errors import UsageError
 from specnsys.report.plots.acceptance import acceptance_data, acceptance_figure
 from specnsys.report.plots.amdahl import amdahl_data, amdahl_figure
 from specnsys.report.plots.common import FORMATS, figure_bytes, save_figure, svg_text
+from specnsys.report.plots.forecast import forecast_data, forecast_figure
 from specnsys.report.plots.phases import phases_data, phases_figure
 from specnsys.report.plots.sweep import sweep_data, sweep_figure
 from specnsys.report.plots.sweep_grid import sweep_grid_data, sweep_grid_figure
@@ -53,6 +54,8 @@ __all__ = [
     "amdahl_figure",
     "draw",
     "figure_bytes",
+    "forecast_data",
+    "forecast_figure",
     "phases_data",
     "phases_figure",
     "require_drawable",
@@ -80,6 +83,8 @@ DRAW: dict[str, Callable[[Mapping[str, Any]], Figure]] = {
     # figures of a collected dataset (``plot sweep DATASET``, ``plot verify-cost DATASET``)
     "sweep-grid": sweep_grid_figure,
     "verify-cost": verify_cost_figure,
+    # the forecast of traces or a dataset (``plot forecast SOURCE...``)
+    "forecast": forecast_figure,
 }
 
 

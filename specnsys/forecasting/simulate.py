@@ -1,0 +1,169 @@
+"""A closed-loop run of a workload, in decode steps (docs/forecast.md#the-simulated-run).
+
+The cost model's per-step terms are linear in the batch and in the context, so a run's cost
+needs only a few sums over its steps: the number of decode steps, the sequence-steps (the
+batch summed over steps), the context tokens summed over sequence-steps. They come from the
+loop every engine of this kind runs:
+
+* ``concurrency`` slots; a request waiting is admitted into the first slot that frees, and
+  decodes from the next step on (its first output token came from its prefill);
+* a request of ``o`` output tokens needs ``o - 1`` more from decode steps; in one step it gets
+  1 (baseline) or ``1 + accepted`` (speculative: the accepted drafts and the bonus token),
+  cut at what it still needs;
+* ``accepted`` follows the per-position acceptance profile: the i-th draft is kept with the
+  conditional rate ``q_i`` once the drafts before it were.
+
+A baseline run is deterministic. A speculative run is simulated ``replicates`` times with
+drafts drawn from the profile (a seeded generator, so the same inputs give the same numbers)
+and the sums averaged; a profile that always accepts the same number of drafts needs one
+replicate.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["RunSums", "simulate_run", "tokens_distribution"]
+
+#: Draws one token matrix may hold (requests x steps), and all replicates together.
+_MATRIX_MAX = 4_000_000
+_TOTAL_MAX = 40_000_000
+_REPLICATES_MAX = 64
+
+Ints = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class RunSums:
+    """The sums over one simulated run that the cost model needs (means over replicates)."""
+
+    steps: float
+    sequence_steps: float
+    ctx: float
+    """Context tokens over sequence-steps: at each step, each decoding request's input plus
+    the output it has so far."""
+    requests: int
+    tokens: float
+    input_tokens: float
+    replicates: int
+
+
+def tokens_distribution(survival: Sequence[float], k: int) -> npt.NDArray[np.float64]:
+    """``P(tokens = j)`` for j = 1 .. k + 1 from ``P(accepted >= i)`` (i = 1 .. k)."""
+    s = np.array([1.0, *survival[:k], 0.0])
+    p = s[:-1] - s[1:]
+    p = np.clip(p, 0.0, None)
+    out: npt.NDArray[np.float64] = p / p.sum()
+    return out
+
+
+def _makespan(steps: Sequence[int], concurrency: int) -> int:
+    """Decode steps of the loop (module docs) whose requests need *steps* steps each, in
+    admission order."""
+    free = [0] * concurrency
+    heapq.heapify(free)
+    end = 0
+    for s in steps:
+        if s <= 0:
+            continue
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + s)
+        end = max(end, start + s)
+    return end
+
+
+def _baseline(needed: Ints, inputs: npt.NDArray[np.float64], concurrency: int) -> tuple[
+    float, float, float
+]:
+    s = needed.astype(np.float64)
+    ctx = float(np.sum(s * (inputs + 1.0) + s * (s - 1.0) / 2.0))
+    return float(_makespan(needed.tolist(), concurrency)), float(s.sum()), ctx
+
+
+def _spec_once(
+    needed: Ints,
+    inputs: npt.NDArray[np.float64],
+    cumulative: npt.NDArray[np.float64],
+    concurrency: int,
+    rng: np.random.Generator,
+) -> tuple[float, float, float]:
+    width = int(needed.max()) if needed.size else 0
+    if width == 0:
+        return 0.0, 0.0, 0.0
+    block = max(1, _MATRIX_MAX // width)  # requests per draw matrix, to bound its memory
+    steps = np.zeros(needed.size, dtype=np.int64)
+    ctx = 0.0
+    for lo in range(0, needed.size, block):
+        need = needed[lo : lo + block]
+        draws = rng.random((need.size, width))
+        tokens = np.searchsorted(cumulative, draws, side="right").astype(np.int64) + 1
+        cum = np.cumsum(tokens, axis=1)
+        before = cum < need[:, None]
+        own = before.sum(axis=1) + (need > 0)
+        steps[lo : lo + block] = own
+        ctx += float(np.sum(own * (inputs[lo : lo + block] + 1.0)))
+        ctx += float(np.where(before, cum, 0).sum())
+    return float(_makespan(steps.tolist(), concurrency)), float(steps.sum()), ctx
+
+
+def simulate_run(
+    outputs: Sequence[int],
+    inputs: Sequence[int] | None,
+    concurrency: int,
+    k: int,
+    survival: Sequence[float],
+    *,
+    weights: Sequence[float] | None = None,
+    requests: int | None = None,
+    seed: int = 0,
+) -> RunSums:
+    """The sums of one closed-loop run (module docs) of the requests *outputs* / *inputs*
+    (input lengths unknown: None, context counts the output only), at *concurrency* and *k*
+    drafts per step (0: a baseline) under the acceptance *survival* ``P(accepted >= i)``.
+    With *weights*, each replicate serves *requests* requests drawn by weight."""
+    rng = np.random.default_rng(seed)
+    out = np.asarray(outputs, dtype=np.int64)
+    inp = np.zeros(out.size) if inputs is None else np.asarray(inputs, dtype=np.float64)
+    n = out.size if weights is None else int(requests or out.size)
+    probability = None
+    if weights is not None:
+        w = np.asarray(weights, dtype=np.float64)
+        probability = w / w.sum()
+    dist = tokens_distribution(survival, k) if k > 0 else np.array([1.0])
+    cumulative = np.cumsum(dist)[:-1]
+    fixed = weights is None and (k == 0 or np.count_nonzero(dist) == 1)
+    width = max(1, int(out.max()))
+    # as many replicates as the draws allow, at least 4 (the spread of the mean shrinks
+    # with their number; a long workload is its own average)
+    replicates = 1 if fixed else max(4, min(_REPLICATES_MAX, _TOTAL_MAX // max(1, n * width)))
+    sums = np.zeros(3)
+    tokens = 0.0
+    input_sum = 0.0
+    for _ in range(replicates):
+        if probability is not None:
+            pick = rng.choice(out.size, size=n, p=probability)
+            o, i = out[pick], inp[pick]
+        else:
+            o, i = out, inp
+        needed = np.maximum(o - 1, 0)
+        if k == 0:
+            sums += _baseline(needed, i, concurrency)
+        else:
+            sums += _spec_once(needed, i, cumulative, concurrency, rng)
+        tokens += float(o.sum())
+        input_sum += float(i.sum())
+    sums /= replicates
+    return RunSums(
+        steps=float(sums[0]),
+        sequence_steps=float(sums[1]),
+        ctx=float(sums[2]),
+        requests=n,
+        tokens=tokens / replicates,
+        input_tokens=input_sum / replicates,
+        replicates=replicates,
+    )

@@ -1,0 +1,158 @@
+"""Bad input to ``specnsys forecast`` (issue 33): every one is one ``specnsys: error:`` line and
+exit 2, nothing on stdout, the input unchanged -- workload files with bad lengths or columns,
+a FIFO, a huge file; cuts of unknown phases or larger than the phase; sources of different
+models or engines mixed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.forecast_loop import build_run, iid, lengths
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+DATASET = str(SAMPLES / "sweep")
+
+
+def _batch(argvs: list[list[str]]) -> list[dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.cli_driver", json.dumps(argvs)],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results: list[dict[str, object]] = json.loads(done.stdout)
+    return results
+
+
+def _assert_one_error(result: dict[str, object], *words: str) -> None:
+    assert result["traceback"] is None, result["traceback"]
+    assert result["status"] == 2, result
+    assert result["stdout"] == ""
+    err = str(result["stderr"])
+    assert err.startswith("specnsys: error: ") and err.count("\n") == 1, err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+WORKLOADS = {
+    "zero.csv": ("input_tokens,output_tokens\n10,20\n12,0\n", ["row 2", "output_tokens", "below 1"]),
+    "negative.csv": ("input_tokens,output_tokens\n-3,20\n", ["row 1", "input_tokens", "below 1"]),
+    "nan.csv": ("input_tokens,output_tokens\n10,20\nnan,30\n", ["row 2", "not a finite number"]),
+    "fraction.csv": ("input_tokens,output_tokens\n10,20.5\n", ["row 1", "not a whole number"]),
+    "text.csv": ("input_tokens,output_tokens\n10,many\n", ["row 1", "not a number of tokens"]),
+    "empty_cell.csv": ("input_tokens,output_tokens\n10,\n", ["row 1", "missing"]),
+    "columns.csv": ("prompt,output_tokens\n10,20\n", ["needs the column input_tokens",
+                                                       "it has prompt, output_tokens"]),
+    "weights.csv": ("input_tokens,output_tokens,weight\n10,20,-1\n", ["row 1", "weight"]),
+    "no_rows.csv": ("input_tokens,output_tokens\n", ["no rows"]),
+    "binary.csv": ("\x00\xff\xfe garbage", ["not"]),
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("workloads")
+    for name, (text, _) in WORKLOADS.items():
+        (folder / name).write_bytes(text.encode("latin-1"))
+    os.mkfifo(folder / "fifo.csv")
+    with open(folder / "huge.csv", "wb") as handle:  # sparse: 65 MiB of nothing
+        handle.truncate(65 << 20)
+    import polars as pl
+
+    pl.DataFrame({"input_tokens": [10, 0], "output_tokens": [5, 5]}).write_parquet(
+        folder / "zero.parquet")
+    return folder
+
+
+def test_bad_workload_files_are_one_line_each(files: Path) -> None:
+    cases = [(name, words) for name, (_, words) in WORKLOADS.items()]
+    cases += [("fifo.csv", ["not a regular file"]), ("huge.csv", ["too large", "64 MiB"]),
+              ("zero.parquet", ["row 2", "input_tokens", "below 1"]),
+              ("missing.csv", ["cannot read the workload"])]  # fmt: skip
+    before = {p.name: _digest(p) for p in files.iterdir() if p.is_file()}
+    results = _batch([["forecast", DATASET, "--workload", str(files / n), "--no-held-out"]
+                      for n, _ in cases])  # fmt: skip
+    for (name, words), result in zip(cases, results, strict=True):
+        _assert_one_error(result, name, *words)
+    assert {p.name: _digest(p) for p in files.iterdir() if p.is_file()} == before
+
+
+def test_a_good_workload_file_and_numbers_are_forecast(files: Path) -> None:
+    (files / "good.csv").write_text("input_tokens,output_tokens,weight\n20,64,3\n200,16,1\n")
+    ok, numbers, both = _batch([
+        ["forecast", DATASET, "--workload", str(files / "good.csv"), "--requests", "16",
+         "--no-held-out", "--json"],
+        ["forecast", DATASET, "--input-tokens", "20,200", "--output-tokens", "64",
+         "--no-held-out", "--json"],
+        ["forecast", DATASET, "--workload", str(files / "good.csv"), "--output-tokens", "5"],
+    ])  # fmt: skip
+    assert ok["status"] == 0, ok["stderr"]
+    doc = json.loads(str(ok["stdout"]))
+    assert doc["workload"]["weighted"] and doc["workload"]["requests"] == 16
+    assert doc["workload"]["output_tokens_mean"] == pytest.approx((3 * 64 + 16) / 4)
+    assert numbers["status"] == 0, numbers["stderr"]
+    assert json.loads(str(numbers["stdout"]))["workload"]["rows"] == 2
+    _assert_one_error(both, "not both")
+
+
+def test_bad_cuts_are_one_line_each() -> None:
+    cases = [
+        (["--cut", "nope=0"], ["unknown phase 'nope'", "the model predicts", "schedule"]),
+        (["--cut", "kv=-500ms/step"], ["larger than the phase", "kv takes", "ms per step"]),
+        (["--cut", "sample=-150%"], ["larger than the phase", "at most 100%"]),
+        (["--cut", "schedule=+5ms/step"], ["takes time off"]),
+        (["--cut", "sample"], ["PHASE=-17ms/step"]),
+        (["--cut", "sample=-3 parsecs"], ["is not"]),
+        (["--cut", "sample=0", "--cut", "sample=-5%"], ["cut twice"]),
+    ]
+    results = _batch([["forecast", DATASET, *args, "--no-held-out"] for args, _ in cases])
+    for (_, words), result in zip(cases, results, strict=True):
+        _assert_one_error(result, *words)
+
+
+def test_bad_options_and_formula_inputs() -> None:
+    cases = [
+        (["forecast"], ["needs sources"]),
+        (["forecast", "--alpha", "0.5", "--k", "4"], ["needs --c"]),
+        (["forecast", "--p", "1.5", "--r", "2"], ["p must be a fraction"]),
+        (["forecast", "--p", "0.5", "--r", "2", "--alpha", "0.5", "--k", "4", "--c", "0.1"],
+         ["not both"]),
+        (["forecast", DATASET, "--p", "0.5"], ["without sources"]),
+        (["forecast", DATASET, "--alpha", "1.5"], ["--alpha must be"]),
+        (["forecast", DATASET, "--k", "0"], ["needs a whole number >= 1"]),
+        (["forecast", DATASET, "--sampling", "temperature=0"], ["no run has it"]),
+        (["forecast", str(SAMPLES / "nope.sqlite")], ["nope.sqlite"]),
+    ]
+    results = _batch([argv for argv, _ in cases])
+    for (_, words), result in zip(cases, results, strict=True):
+        _assert_one_error(result, *words)
+
+
+def test_sources_of_different_models_or_engines_are_refused(tmp_path: Path) -> None:
+    """A GPU-traced run beside CPU-only ones, and datasets labelled with two presets."""
+    req = lengths(4, (8, 20), (10, 20), seed=3)
+    cpu = build_run(tmp_path / "cpu.sqlite", req, concurrency=2)
+    gpu = build_run(tmp_path / "gpu.sqlite", req, concurrency=2, k=2, accepted=iid(0.6, 2),
+                    gpu=True)  # fmt: skip
+    from specnsys.runset.collect import collect
+    from specnsys.runset.labels import Labeler
+
+    collect([cpu], tmp_path / "small", labeler=Labeler(options=["preset=small"]), workers=1)
+    before = _digest(gpu)
+    mixed_gpu, mixed_preset = _batch([
+        ["forecast", str(cpu), str(gpu)],
+        ["forecast", DATASET, str(tmp_path / "small")],
+    ])  # fmt: skip
+    _assert_one_error(mixed_gpu, "the sources mix gpu", "CPU only", "GPU", "one model and engine")
+    _assert_one_error(mixed_preset, "the sources mix preset", "'tiny'", "'small'")
+    assert _digest(gpu) == before
