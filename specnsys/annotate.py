@@ -46,8 +46,8 @@ thread only).
 
 The names (``PHASES``, ``DOMAIN``, ``MARKS``, ``VALUE_MARKS``) are defined in
 :mod:`specnsys.vocabulary`, which the analysis shares without importing ``nvtx``; they are
-re-exported here unchanged. This module imports only the standard library, ``nvtx`` and the
-vocabulary (it is loaded inside users' inference processes, which must not pay for the analysis
+re-exported here unchanged. This module imports only the standard library, ``nvtx``, the
+vocabulary and the control log (it is loaded inside users' inference processes, which must not pay for the analysis
 stack). It targets the ``nvtx``
 0.2.11 API (``Domain.get_event_attributes`` + ``nvtx._lib`` push/pop on the domain handle),
 because the Debian ``nsys`` 2022.4 drops ranges emitted by newer ``nvtx`` releases; domains
@@ -68,6 +68,7 @@ from typing import Any, Literal, TypeVar
 
 import nvtx
 
+from specnsys.control_log import control_from_env
 from specnsys.vocabulary import ACCEPTANCE_MARKS as MARKS
 from specnsys.vocabulary import (
     ACCEPTED_MARK,
@@ -162,9 +163,29 @@ class _Backend:
         return self._event_attributes(registered, color, None, payload)
 
 
+class _QuietBackend(_Backend):
+    """An unprofiled control run's backend: every call of the annotated loop happens as it
+    would under nsys (so ``set_enabled`` and its warm-ups behave alike), and none reaches
+    NVTX."""
+
+    def __init__(self) -> None:
+        def nothing(*_args: Any) -> None:
+            return None
+
+        self.push = self.pop = self.start = self.end = self.mark = nothing
+
+    def attributes(self, message: str, color: int, payload: int | None = None) -> Any:
+        return None
+
+
 _lock = threading.Lock()
-_backend: _Backend | None = None
-_enabled: bool = _env_enabled()
+_control = control_from_env()
+"""An unprofiled control run's log (``profile --control``), else None."""
+_backend: _Backend | None = None if _control is None else _QuietBackend()
+_enabled: bool = _env_enabled() or (
+    _control is not None and os.environ.get("SPECNSYS_NVTX", "").strip().lower() not in
+    ("0", "false", "no", "off")
+)  # fmt: skip
 
 
 def _get_backend() -> _Backend:
@@ -423,13 +444,16 @@ def phase(name: str, *, allow_custom: bool = False) -> _Phase | _NoopPhase:
 class RequestHandle:
     """An open ``request`` range; pass it to ``end_request`` (from any thread)."""
 
-    __slots__ = ("request_id", "_range_id", "_open", "_scope")
+    __slots__ = ("request_id", "_range_id", "_open", "_scope", "_control_key")
 
     def __init__(self, request_id: int, range_id: Any, scope: Any = None) -> None:
         self.request_id = request_id
         self._range_id = range_id
         self._open = True
         self._scope = scope  # the torch profiler's record_function handle, while recording
+        # an unprofiled control run's note of the start (specnsys.control_log), of the
+        # requests a profiled run would show (not those under set_enabled(False))
+        self._control_key = _control.start() if _control is not None and _enabled else None
 
     @property
     def is_open(self) -> bool:
@@ -474,6 +498,8 @@ def end_request(handle: RequestHandle, output_tokens: int | None = None) -> None
     if n is not None and n < 0:
         raise ValueError(f"output_tokens must be >= 0, got {n}")
     handle._open = False
+    if _control is not None and handle._control_key is not None:
+        _control.end(handle._control_key, n)
     if n is not None and handle._range_id is not None:
         _emit_mark(OUTPUT_TOKENS_MARK, n)
     if handle._scope is not None:
@@ -551,6 +577,8 @@ def mark_tokens(n: int) -> None:
     _scope_mark(TOKENS_MARK, v)
     if not _enabled:
         return
+    if _control is not None:
+        _control.tokens(v)
     _emit_mark(TOKENS_MARK, v)
 
 

@@ -164,7 +164,17 @@ def _analyze_resolved(
 ) -> Analysis:
     with _checked(path, use_cache, rules) as (trace, notes, context):
         analysis = _analyze_open(trace, rules, pid, context, window)
-    return _given(replace(analysis, data_warnings=tuple(notes)), tokens)
+    return _with_control(_given(replace(analysis, data_warnings=tuple(notes)), tokens), path)
+
+
+def _with_control(analysis: Analysis, path: str | Path) -> Analysis:
+    """*analysis* with the profiler's overhead when unprofiled control runs of its command
+    lie beside the trace (``OUT.control.json``, ``profile --control``)."""
+    from specnsys.control_log import control_beside, read_control
+
+    beside = control_beside(path)
+    control = read_control(beside)
+    return analysis if control is None else analysis.with_control(control, str(beside))
 
 
 def _given_tokens(tokens: Sequence[int] | None, traces: int) -> list[int | None]:
@@ -740,7 +750,9 @@ def report(
     with progress(4 + (baseline is not None), "report") as advance:
         advance(f"analyze {Path(path).name}")
         with _checked(path, use_cache, mapping) as (trace, notes, context):
-            analysis = _given(_analyze_open(trace, mapping, pid, context, window), given[0])
+            analysis = _with_control(
+                _given(_analyze_open(trace, mapping, pid, context, window), given[0]), path
+            )
             try:
                 lanes: dict[str, Any] | str = timeline_lanes(
                     trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,

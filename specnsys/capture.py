@@ -25,6 +25,7 @@ once the export exists, unless the report is asked for.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -42,9 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from specnsys.control_log import CONTROL_ENV, control_beside, read_run, summarize_runs
 from specnsys.errors import SpecnsysError, UsageError
 from specnsys.ingest.cache import sweep_stale, tmp_prefix
 from specnsys.ingest.nsys_rep import export_report_to, find_nsys
+from specnsys.small_files import write_files
 
 
 class CaptureError(SpecnsysError):
@@ -78,6 +81,49 @@ class CaptureResult:
     log: Path  # the profiled program's stdout and stderr (with nsys's own lines)
     command: tuple[str, ...]
     seconds: float
+    control: Path | None = None  # OUT.control.json: the unprofiled runs (control > 0)
+
+
+#: The most unprofiled control runs one capture makes.
+CONTROL_LIMIT = 100
+
+
+def control_runs(
+    command: Sequence[str], trace: Path, env: Mapping[str, str], runs: int, timeout_s: float
+) -> Path:
+    """Run *command* *runs* times without nsys, each with :data:`~specnsys.control_log.
+    CONTROL_ENV` naming a private file, and fold what the annotation layer noted into
+    ``OUT.control.json`` beside the *trace* ``OUT.sqlite`` (written only when every run ended
+    well); CaptureError otherwise (the trace is kept)."""
+    done: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="specnsys-control-") as folder:
+        for i in range(runs):
+            note = Path(folder) / f"run-{i}.json"
+            try:
+                proc = subprocess.run(
+                    list(command), env={**env, CONTROL_ENV: str(note)}, timeout=timeout_s,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise CaptureError(
+                    f"control run {i + 1} of {runs} ran past {timeout_s:g} s; the trace is kept"
+                ) from None
+            if proc.returncode != 0:
+                tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+                raise CaptureError(
+                    f"control run {i + 1} of {runs} failed (exit status {proc.returncode}: "
+                    f"{tail[0][:200]}); the trace is kept"
+                )
+            doc = read_run(note)
+            if doc is None:
+                raise CaptureError(
+                    f"control run {i + 1} of {runs} noted no request (the program has no "
+                    "specnsys request ranges, or --annotate none); the trace is kept"
+                )
+            done.append(doc)
+    out = control_beside(trace)
+    write_files({out: (json.dumps(summarize_runs(done, list(command)), indent=1) + "\n").encode()})
+    return out
 
 
 #: The switch each engine needs before it emits the NVTX scopes its rule pack maps, as its

@@ -9,7 +9,8 @@ import argparse
 import math
 import os
 
-from specnsys.capture import profile
+from specnsys.capture import CONTROL_LIMIT, control_runs, profile
+from specnsys.cli.common import count_arg
 from specnsys.errors import UsageError
 from specnsys.inject import AUTO, NONE, annotation_file, environment
 from specnsys.inject.presets import PRESETS
@@ -47,6 +48,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"built-in preset ({', '.join(PRESETS)}: Hugging Face transformers, docs/stacks.md). "
         "Default: the preset of a library the program imports, if any (a program that "
         "imports none runs untouched); none: no annotation",
+    )
+    p.add_argument(
+        "--control",
+        type=count_arg("control", 1, CONTROL_LIMIT),
+        metavar="N",
+        help="also run the command N times without nsys, timed by the annotation layer, so "
+        "analyze and compare can report the profiler's overhead (OUT.control.json)",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
     p.set_defaults(run=run)
@@ -89,4 +97,8 @@ def run(args: argparse.Namespace) -> int:
         env=env,
     )
     print(result.sqlite, flush=True)
+    if args.control:
+        out = control_runs(command, result.sqlite, env or os.environ, args.control,
+                           args.timeout)  # fmt: skip
+        print(out, flush=True)
     return 0

@@ -155,6 +155,9 @@ class Analysis:
     step_distributions: dict[str, Any] | None = None
     """Per decode step: each phase's time and the time per output token, as count, mean,
     p50/p90/p99 and max (:mod:`specnsys.metrics.distributions`)."""
+    profiler_overhead: dict[str, Any] | None = None
+    """The profiler's overhead per output token against unprofiled control runs of the same
+    command (``profile --control``; :meth:`with_control`); None without them."""
     ranks: dict[str, Any] | None = None
     """Every process that launched GPU work or has phase ranges, when there are several and
     no ``pid`` was given (:func:`specnsys.metrics.ranks.ranks_dict`); else None, and
@@ -235,7 +238,30 @@ class Analysis:
             "not_available": dict(self.not_available),
             "warnings": list(self.warnings),
             "ranks": self.ranks,
+            "profiler_overhead": self.profiler_overhead,
         }
+
+    def with_control(self, control: dict[str, Any], source: str) -> Analysis:
+        """This analysis with the profiler's overhead against the unprofiled control runs
+        *control* (:func:`specnsys.control_log.read_control` of the file *source*): profiled
+        over unprofiled per-token time, the control runs' median, min and max."""
+        per = control["per_token_ns"]
+        unprofiled = float(per["median"])
+        profiled = self.per_token_ns
+        return replace(
+            self,
+            profiler_overhead={
+                "runs": int(per["runs"]),
+                "unprofiled_per_token_ns": unprofiled,
+                "unprofiled_min_ns": per["min"],
+                "unprofiled_max_ns": per["max"],
+                "profiled_per_token_ns": profiled,
+                "overhead": profiled / unprofiled - 1 if profiled and unprofiled else None,
+                "of": f"{source}: the command run {per['runs']} times without nsys, timed by "
+                "the annotation layer (first request start to last request end, over its "
+                "output tokens); overhead = profiled / unprofiled - 1",
+            },
+        )
 
     def with_tokens(self, tokens: int) -> Analysis:
         """This analysis with *tokens* output tokens given by the user (``--tokens N``): the

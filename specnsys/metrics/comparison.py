@@ -137,11 +137,29 @@ class Comparison:
                 else self.verify_to_forward_ratio > VERIFY_RATIO_WARNING
             ),
             "acceptance": s.acceptance,
+            "unprofiled": _unprofiled(b, s, self.measured_speedup),
             "leviathan": self.leviathan,
             "device_memory": self.device_memory,
             "not_available": dict(self.not_available),
             "warnings": list(self.warnings),
         }
+
+
+def _unprofiled(b: Analysis, s: Analysis, measured: float | None) -> dict[str, Any] | None:
+    """The measured speedup of the unprofiled control runs beside the profiled one, when both
+    traces have them (``profile --control``; :meth:`Analysis.with_control`)."""
+    ob, os_ = b.profiler_overhead, s.profiler_overhead
+    if not ob or not os_:
+        return None
+    base, spec = ob["unprofiled_per_token_ns"], os_["unprofiled_per_token_ns"]
+    return {
+        "baseline_per_token_ns": base,
+        "spec_per_token_ns": spec,
+        "measured_speedup": base / spec if spec else None,
+        "profiled_measured_speedup": measured,
+        "overhead": {"baseline": ob["overhead"], "spec": os_["overhead"]},
+        "runs": {"baseline": ob["runs"], "spec": os_["runs"]},
+    }
 
 
 def _phase_table(

@@ -232,6 +232,19 @@ def _latency(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _overhead(d: dict[str, Any]) -> list[str]:
+    """The profiler's overhead per output token against the unprofiled control runs."""
+    o = d.get("profiler_overhead")
+    if not o or o.get("overhead") is None:
+        return []
+    return [
+        f"profiler overhead {_signed_pct(o['overhead'])} per output token: profiled "
+        f"{_ms(o['profiled_per_token_ns'])} ms, unprofiled {_ms(o['unprofiled_per_token_ns'])} ms "
+        f"(median of {o['runs']} runs without nsys, {_ms(o['unprofiled_min_ns'])} to "
+        f"{_ms(o['unprofiled_max_ns'])} ms)"
+    ]
+
+
 def _findings(d: dict[str, Any], limit: int = 5) -> list[str]:
     """The expert-rule findings, largest first, with what each would give if removed."""
     f = d.get("findings")
@@ -529,8 +542,8 @@ def render_analysis_text(d: dict[str, Any]) -> str:
         *_phase_table(d),
     ]
     for block in (
-        _ranks(d), _acceptance(d), _findings(d), _top_kernels(d), _latency(d), _step_tails(d),
-        _bandwidth(d), _memory(d),
+        _ranks(d), _overhead(d), _acceptance(d), _findings(d), _top_kernels(d), _latency(d),
+        _step_tails(d), _bandwidth(d), _memory(d),
     ):
         if block:
             lines += ["", *block]
@@ -625,6 +638,14 @@ def _comparison_detail(c: dict[str, Any]) -> list[str]:
         f"measured {_x(c['measured_speedup'])}   gap {_signed_pct(c['gap'])}   "
         f"(Amdahl ceiling {_x(c['amdahl_ceiling'])})",
     ]
+    u = c.get("unprofiled")
+    if u and u.get("measured_speedup") is not None:
+        lines.append(
+            f"unprofiled (profile --control): measured {_x(u['measured_speedup'])} from "
+            f"{_ms(u['baseline_per_token_ns'])} -> {_ms(u['spec_per_token_ns'])} ms per token "
+            f"({u['runs']['baseline']} + {u['runs']['spec']} runs without nsys); profiled "
+            f"{_x(u['profiled_measured_speedup'])}"
+        )
     rules = c.get("window_rule") or {}
     if any(rule != "requests" for rule in rules.values()):
         lines.append(
