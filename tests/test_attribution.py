@@ -648,3 +648,38 @@ def test_range_counts_are_the_driver_threads_ranges_starting_in_the_window(
     # that never closed lie inside it: they are part of that one range
     assert pb.range_counts == {"draft": 2, "verify": 1}
     assert PhaseBreakdown.from_dict(pb.to_dict()).range_counts == pb.range_counts
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(spec=_traces())
+def test_property_exclusive_segments_sum_to_the_breakdown(tmp_path: Path, spec: dict) -> None:
+    """The exclusive timeline a phase track draws (exclusive_segments) sums, per phase, to
+    the breakdown's wall time (within its rounding to integer ns), tiles the window, and
+    never has a negative length."""
+    from specnsys.attribution.timeline import exclusive_segments
+
+    b = _builder()
+    b.process(2, "other")
+    b.thread(1, 2, "worker")
+    for s, e, text in spec["ranges"]:
+        _pp(b, s, e, text)
+    if spec["req"] is not None:
+        _request(b, spec["req"][0], spec["req"][0] + spec["req"][1])
+    for corr, (launch, delay, dur, stream, how, kind) in enumerate(spec["ops"], start=1):
+        if how != "missing":
+            b.runtime(launch, launch + 1, "cudaLaunchKernel", corr, pid=1, tid=1)
+        s, e = launch + delay, launch + delay + dur
+        b.kernel(s, e, f"k{corr}", corr, pid=1, stream=stream)
+    with _open(b, tmp_path, "seg.sqlite") as t:
+        pb = exclusive_phase_times(t, pid=1)
+        seg = exclusive_segments(t, pid=1)
+    assert (seg["end"] >= seg["start"]).all()
+    got = seg.group_by("phase").agg(((pl.col("end") - pl.col("start")) * pl.col("share")).sum())
+    walls = dict(zip(pb.frame["phase"], pb.frame["wall_ns"], strict=True))
+    for phase, total in got.iter_rows():
+        assert abs(total - walls[phase]) < 1 + 1e-6, (phase, total, walls)
+    assert sum(walls.values()) == pb.window_ns
+    covered = seg.select(((pl.col("end") - pl.col("start")) * pl.col("share")).sum()).item()
+    assert covered == pytest.approx(pb.window_ns, abs=1e-6 * max(1, pb.window_ns))

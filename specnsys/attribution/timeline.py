@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = [
-    "NO_WINDOW", "STEP_PHASE", "WINDOW_SOURCES", "PhaseBreakdown", "exclusive_phase_times",
-    "step_phase",
+    "NO_WINDOW", "SEGMENT_SCHEMA", "STEP_PHASE", "WINDOW_SOURCES", "PhaseBreakdown",
+    "exclusive_phase_times", "exclusive_segments", "step_phase",
 ]
 
 def step_phase(counts: Mapping[str, int], walls: Mapping[str, int]) -> str:
@@ -658,6 +658,74 @@ def _breakdown(
         ws, we, frame.select(list(FRAME_SCHEMA)), pid, gtid, gpu_union, mapping.name, unclosed,
         graph_notes=notes, kernel_names=kernel_names,
     )  # fmt: skip
+
+
+SEGMENT_SCHEMA = {
+    "start": _I64, "end": _I64, "phase": pl.String, "share": pl.Float64, "gpu": pl.Boolean,
+}  # fmt: skip
+"""Columns of :func:`exclusive_segments`."""
+
+
+def exclusive_segments(
+    trace: Trace,
+    *,
+    rules: PhaseRules | str | None = None,
+    pid: int | None = None,
+    window: WindowSpec | str | None = None,
+    context: AttributionContext | None = None,
+) -> pl.DataFrame:
+    """The exclusive timeline itself, as the breakdown sums it (rule 2): every elementary
+    segment ``[start, end)`` of the window with the phase it belongs to and that phase's
+    ``share`` of it (1 while the GPU is idle, when it is the driver thread's innermost phase;
+    ``1 / n`` to each of the *n* phases whose GPU work runs), ``gpu`` telling which.
+    Summed per phase, ``(end - start) * share`` is the breakdown's ``wall_ns`` before its
+    rounding to integer ns (what a phase track of a timeline export draws,
+    :data:`SEGMENT_SCHEMA` columns, by start then phase)."""
+    mapping = rules_for(PHASES, DOMAIN, rules)
+    b = exclusive_phase_times(trace, rules=mapping, pid=pid, window=window, context=context)
+    span = (b.window_start_ns, b.window_end_ns)
+    if b.window_ns <= 0:
+        return pl.DataFrame(schema=SEGMENT_SCHEMA)
+    with attribution_context(trace, mapping, context) as shared:
+        ranges = phase_ranges(trace.connection, mapping)
+        cpu_ranges = _cpu_ranges(ranges, b.driver_global_tid, *span)
+        index = shared.phase_index(ranges=ranges)
+        del ranges
+        ops, _launches = _process_ops(trace, index, b.pid, span, shared)
+        islands = _islands(ops, span)
+        del ops
+        segments = _segments(islands, cpu_ranges, *span).filter(pl.col("len") > 0)
+        idle = lookup_phase(
+            segments.filter(pl.col("n") == 0), _driver_points(index, b.driver_global_tid),
+            t="t", gtid=None,
+        )  # fmt: skip
+    cpu = idle.select(
+        pl.col("t").alias("start"), (pl.col("t") + pl.col("len")).alias("end"),
+        pl.col("phase").cast(pl.String).fill_null(UNANNOTATED), pl.lit(1.0).alias("share"),
+        pl.lit(False).alias("gpu"),
+    )  # fmt: skip
+    starts = segments["t"]
+    owned = (
+        islands.select(
+            pl.col("phase").cast(pl.String),
+            pl.int_ranges(starts.search_sorted(islands["a"]), starts.search_sorted(islands["b"]))
+            .alias("i"),
+        )
+        .explode("i")
+        .drop_nulls("i")
+        .join(segments.with_row_index("i").with_columns(pl.col("i").cast(pl.Int64)), on="i")
+        .filter(pl.col("n") > 0)
+    )  # fmt: skip
+    gpu = owned.select(
+        pl.col("t").alias("start"), (pl.col("t") + pl.col("len")).alias("end"),
+        pl.col("phase").fill_null(UNANNOTATED), (1.0 / pl.col("n")).alias("share"),
+        pl.lit(True).alias("gpu"),
+    )  # fmt: skip
+    return (
+        pl.concat([cpu, gpu])
+        .select(pl.col(c).cast(t) for c, t in SEGMENT_SCHEMA.items())
+        .sort("start", "phase")
+    )
 
 
 def _kernel_names(
