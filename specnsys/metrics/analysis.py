@@ -410,184 +410,67 @@ def _noted(analysis: Analysis, note: str | None) -> Analysis:
     return replace(analysis, warnings=[note, *analysis.warnings])
 
 
+@dataclass
+class _Run:
+    """What every part of one analysis reads: the trace, its breakdown and scope, the phase
+    rows and the mode; and what the parts say (``na``: not available, why; ``warnings``)."""
+
+    trace: Trace
+    b: PhaseBreakdown
+    mapping: PhaseRules
+    scope: Scope
+    gpu: bool
+    phases: dict[str, dict[str, Any]]
+    mode: str
+    na: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.b.range_counts
+
+    @property
+    def caps(self) -> Any:
+        return self.trace.summary.capabilities
+
+    @property
+    def step_phase(self) -> str:
+        return step_phase(self.counts, {k: v["wall_ns"] for k, v in self.phases.items()})
+
+    @property
+    def generic_reason(self) -> str:
+        return _NOT_SPECULATIVE
+
+
 def _analyze(
     trace: Trace,
     b: PhaseBreakdown,
-    mapping: Any,
+    mapping: PhaseRules,
     path: str | None,
     pid: int | None,
     context: AttributionContext | None,
 ) -> Analysis:
-    caps = trace.summary.capabilities
     if b.window_ns <= 0:
         who = f"process {pid} has" if pid is not None else "the trace has"
         raise BadInputError(f"{path}: nothing to analyze ({who} {NO_WINDOW})")
-    scope = Scope.of(b, mapping, context)
-    gpu = bool(caps["gpu_activity"].available)
-    counts = b.range_counts
-    phases = _phase_rows(b, counts, gpu)
-    mode = detect_mode(counts, {k: v["wall_ns"] for k, v in phases.items()})
-    na: dict[str, str] = {}
-    warnings: list[str] = []
+    gpu = bool(trace.summary.capabilities["gpu_activity"].available)
+    phases = _phase_rows(b, b.range_counts, gpu)
+    mode = detect_mode(b.range_counts, {k: v["wall_ns"] for k, v in phases.items()})
+    run = _Run(trace, b, mapping, Scope.of(b, mapping, context), gpu, phases, mode)
     if not gpu:
-        na["gpu_busy_ns"] = caps["gpu_activity"].reason
-    window = b.window_ns
-    accelerable = sum(phases[p]["wall_ns"] for p in ACCELERABLE if p in phases)
-
-    # tokens, steps, requests
-    lat = request_latencies(trace, scope)
-    requests = lat.height
+        run.na["gpu_busy_ns"] = run.caps["gpu_activity"].reason
+    lat = request_latencies(trace, run.scope)
     # a speculative run's acceptance marks also count its tokens when nothing else does
-    acc, acc_note = acceptance_stats(trace, scope) if mode == "spec" else (None, None)
-    counted = count_tokens(trace, scope, lat, acc, counts)
-    tokens = counted.tokens
-    if counted.note:
-        warnings.append(counted.note)
-    if counted.reason:
-        na["tokens"] = counted.reason
-    steps = counts.get(step_phase(counts, {k: v["wall_ns"] for k, v in phases.items()}), 0)
-    per_token = window / tokens if tokens else None
-    if tokens == 0:
-        na["per_token_ns"] = "the tokens marks sum to 0"
-    elif tokens is None:
-        na["per_token_ns"] = "output tokens are not available"
-
-    # p and the Amdahl ceiling come from a baseline run
-    p: float | None
-    if mode == GENERIC:
-        p, ceiling = None, None
-        na["p"] = na["amdahl_ceiling"] = (
-            f"p is the accelerable share of a baseline run; {_NOT_SPECULATIVE}"
-        )
-    elif mode == "baseline":
-        p = accelerable / window
-        ceiling = amdahl.amdahl_ceiling(p)
-        if ceiling is None:
-            na["amdahl_ceiling"] = "p = 1: every nanosecond is accelerable, no finite ceiling"
-    else:
-        p, ceiling = None, None
-        why = (
-            "p is the accelerable share of a baseline run (forward phases); this is a "
-            "speculative run: use compare with its baseline (accelerable_share is this run's "
-            "draft + verify share)"
-        )
-        na["p"] = why
-        na["amdahl_ceiling"] = why
-
-    # acceptance, draft cost, what-if
-    if mode == "spec":
-        if acc_note:
-            warnings.append(acc_note)
-        if acc is None:
-            na["acceptance"] = caps["acceptance_marks"].reason + " in the window"
-    elif mode == GENERIC:
-        na["acceptance"] = f"needs the proposed/accepted marks of a speculative run; {_NOT_SPECULATIVE}"
-    else:
-        na["acceptance"] = "a baseline run proposes no drafts"
-    k = None if acc is None else int(acc["k"])
-    forwards = (
-        draft_forwards(counts, b.nesting, acc) if mode == "spec" else DraftForwards(None, None, None)
-    )
-    draft_wall = phases.get("draft", {}).get("wall_ns")
-    steps_drafted = counts.get("verify", 0) or counts.get("draft", 0)
-    per_range = {
-        "forward_ns": _per_range(phases, "forward"),
-        "verify_ns": _per_range(phases, "verify"),
-        "draft_step_ns": draft_wall / steps_drafted if draft_wall and steps_drafted else None,
-        "draft_forward_ns": forwards.forward_ns
-        or (draft_wall / forwards.total if draft_wall and forwards.total else None),
+    acc, acc_note = acceptance_stats(trace, run.scope) if mode == "spec" else (None, None)
+    tokens = _tokens_part(run, lat, acc)
+    values: dict[str, Any] = {
+        **tokens,
+        **_p_part(run),
+        **_speculative_part(run, acc, acc_note, tokens["tokens"]),
+        **_tails_part(run, lat),
+        **_gpu_part(run),
+        **_process_part(run, pid, context),
     }
-    c: float | None = None
-    if mode == "spec":
-        if per_range["draft_forward_ns"] is not None and per_range["verify_ns"]:
-            c = per_range["draft_forward_ns"] / per_range["verify_ns"]
-        else:
-            na["draft_cost_ratio"] = (
-                f"needs draft and verify ranges and the draft forwards per step ({forwards.reason})"
-                if forwards.reason
-                else "needs draft and verify ranges"
-                if per_range["verify_ns"] is None or per_range["draft_forward_ns"] is None
-                else "verify time is 0"
-            )
-    elif mode == GENERIC:
-        na["draft_cost_ratio"] = f"needs draft and verify ranges; {_NOT_SPECULATIVE}"
-    else:
-        na["draft_cost_ratio"] = "a baseline run has no draft model"
-    if mode == "spec" and forwards.reason:
-        na["draft_forwards_per_step"] = forwards.reason
-    warnings.extend(
-        structural_warnings(
-            mode, counts, b.nesting, steps=int(steps), step_phase=step_phase(
-                counts, {k_: v["wall_ns"] for k_, v in phases.items()}),
-            tokens=tokens, acceptance=acc,
-        )
-    )  # fmt: skip
-
-    whatif = None
-    if acc is not None and c is not None and k is not None:
-        whatif = amdahl.whatif(float(acc["alpha"]), k, c)
-    elif mode == GENERIC:
-        na["whatif"] = f"needs the alpha, k and c of a speculative run; {_NOT_SPECULATIVE}"
-    else:
-        na["whatif"] = "needs the measured alpha, k and c of a speculative run"
-
-    # latency per request, and the per-step tails
-    latency = _latency(lat, na)
-    stepping = step_phase(counts, {k_: v["wall_ns"] for k_, v in phases.items()})
-    dist = (
-        step_distributions(
-            step_table(trace, scope, stepping), step_phase_times(trace, scope, stepping)
-        )
-        if mode != GENERIC
-        else None
-    )
-    if dist is None:
-        na["step_distributions"] = (
-            f"needs decode steps; {_NOT_SPECULATIVE}" if mode == GENERIC else "no decode steps"
-        )
-
-    # bandwidth and device memory
-    busy = {name: int(row["gpu_busy_ns"] or 0) for name, row in phases.items()}
-    bandwidth, bw_reason = memory_bandwidth(trace, scope, busy)
-    if bw_reason:
-        na["bandwidth"] = bw_reason
-    memory, mem_reason = device_memory(trace, scope)
-    if mem_reason:
-        na["device_memory"] = mem_reason
-
-    # without GPU activity, gpu_busy_ns's reason covers these two as well
-    gpu_time = _gpu_time(b) if gpu else None
-    top, top_reason = (
-        top_kernels_by_phase(trace, scope, kernel_names=b.kernel_names) if gpu else (None, None)
-    )
-    if top_reason:
-        na["top_kernels"] = top_reason
-
-    # why the GPU is idle inside each phase, and what the expert rules find
-    findings = (
-        findings_of(trace, scope, {
-            name: {k_: int(row[k_] or 0) for k_ in ("wall_ns", "gpu_busy_ns", "cpu_inclusive_ns")}
-            for name, row in phases.items()
-        })
-        if gpu
-        else None
-    )
-    if findings is None:
-        na["findings"] = caps["gpu_activity"].reason
-
-    # what the CPU threads did outside CUDA (the only timed events of a CPU-only capture)
-    osrt, osrt_reason = os_runtime_calls(trace, b.pid, (b.window_start_ns, b.window_end_ns))
-    if osrt_reason:
-        na["os_runtime"] = osrt_reason
-
-    unclosed = int(getattr(b, "unclosed_ranges", 0) or 0)
-    if unclosed:
-        warnings.append(f"{unclosed} phase ranges never closed; counted up to the window end")
-    warnings.extend(getattr(b, "graph_notes", ()))  # graph work left on its launch's phase
-    ranks, ranks_reason = ranks_of_analysis(trace, mapping, b, pid, gpu, context)
-    if ranks_reason:
-        na["ranks"] = ranks_reason
-
     return Analysis(
         path=path,
         mode=mode,
@@ -596,40 +479,214 @@ def _analyze(
         window_end_ns=b.window_end_ns,
         rules=str(getattr(b, "rules", mapping.name)),
         phases=phases,
-        tokens=tokens,
-        tokens_source=counted.source,
-        steps=int(steps),
-        requests=int(requests),
-        accelerable_ns=int(accelerable),
-        p=p,
-        per_token_ns=per_token,
-        sampler_share=phases.get(SAMPLER_PHASE, {}).get("wall_ns", 0) / window,
-        amdahl_ceiling=ceiling,
-        acceptance=acc,
-        k=k,
-        draft_cost_ratio=c,
-        draft_forwards_per_step=forwards.per_step,
-        draft_forwards_source=forwards.source,
-        nesting=b.nesting,
-        per_range_ns=per_range,
-        latency=latency,
-        step_distributions=dist,
-        bandwidth=bandwidth,
-        device_memory=memory,
-        whatif=whatif,
+        requests=int(lat.height),
         gpu=gpu,
-        gpu_time=gpu_time,
-        top_kernels=top,
-        findings=findings,
-        os_runtime=osrt,
+        nesting=b.nesting,
         window_source=b.window_source,
         window_rule=b.window_rule,
         window_dropped=b.window_dropped,
-        not_available=na,
-        warnings=warnings,
-        ranks=ranks,
+        not_available=run.na,
+        warnings=run.warnings,
         breakdown=b,
+        **values,
     )
+
+
+def _tokens_part(run: _Run, lat: pl.DataFrame, acc: dict[str, Any] | None) -> dict[str, Any]:
+    """Output tokens (from whatever the trace holds), decode steps, per-token time."""
+    counted = count_tokens(run.trace, run.scope, lat, acc, run.counts)
+    tokens = counted.tokens
+    if counted.note:
+        run.warnings.append(counted.note)
+    if counted.reason:
+        run.na["tokens"] = counted.reason
+    if tokens == 0:
+        run.na["per_token_ns"] = "the tokens marks sum to 0"
+    elif tokens is None:
+        run.na["per_token_ns"] = "output tokens are not available"
+    window = run.b.window_ns
+    return {
+        "tokens": tokens,
+        "tokens_source": counted.source,
+        "steps": int(run.counts.get(run.step_phase, 0)),
+        "per_token_ns": window / tokens if tokens else None,
+        "sampler_share": run.phases.get(SAMPLER_PHASE, {}).get("wall_ns", 0) / window,
+    }
+
+
+def _p_part(run: _Run) -> dict[str, Any]:
+    """The accelerable time; p and the Amdahl ceiling, which come from a baseline run."""
+    accelerable = sum(run.phases[p]["wall_ns"] for p in ACCELERABLE if p in run.phases)
+    p: float | None = None
+    ceiling: float | None = None
+    if run.mode == GENERIC:
+        run.na["p"] = run.na["amdahl_ceiling"] = (
+            f"p is the accelerable share of a baseline run; {_NOT_SPECULATIVE}"
+        )
+    elif run.mode == "baseline":
+        p = accelerable / run.b.window_ns
+        ceiling = amdahl.amdahl_ceiling(p)
+        if ceiling is None:
+            run.na["amdahl_ceiling"] = "p = 1: every nanosecond is accelerable, no finite ceiling"
+    else:
+        run.na["p"] = run.na["amdahl_ceiling"] = (
+            "p is the accelerable share of a baseline run (forward phases); this is a "
+            "speculative run: use compare with its baseline (accelerable_share is this run's "
+            "draft + verify share)"
+        )
+    return {"accelerable_ns": int(accelerable), "p": p, "amdahl_ceiling": ceiling}
+
+
+def _acceptance_reason(run: _Run, acc: dict[str, Any] | None, note: str | None) -> None:
+    if run.mode == "spec":
+        if note:
+            run.warnings.append(note)
+        if acc is None:
+            run.na["acceptance"] = run.caps["acceptance_marks"].reason + " in the window"
+    elif run.mode == GENERIC:
+        run.na["acceptance"] = (
+            f"needs the proposed/accepted marks of a speculative run; {_NOT_SPECULATIVE}"
+        )
+    else:
+        run.na["acceptance"] = "a baseline run proposes no drafts"
+
+
+def _per_range_part(run: _Run, forwards: DraftForwards) -> dict[str, float | None]:
+    phases, counts = run.phases, run.counts
+    draft_wall = phases.get("draft", {}).get("wall_ns")
+    steps_drafted = counts.get("verify", 0) or counts.get("draft", 0)
+    return {
+        "forward_ns": _per_range(phases, "forward"),
+        "verify_ns": _per_range(phases, "verify"),
+        "draft_step_ns": draft_wall / steps_drafted if draft_wall and steps_drafted else None,
+        "draft_forward_ns": forwards.forward_ns
+        or (draft_wall / forwards.total if draft_wall and forwards.total else None),
+    }
+
+
+def _cost_ratio(run: _Run, per_range: dict[str, float | None], forwards: DraftForwards) -> float | None:
+    """The draft cost ratio c, or None with the reason noted."""
+    draft, verify = per_range["draft_forward_ns"], per_range["verify_ns"]
+    if run.mode == "spec" and draft is not None and verify:
+        return draft / verify
+    if run.mode == "spec":
+        run.na["draft_cost_ratio"] = (
+            f"needs draft and verify ranges and the draft forwards per step ({forwards.reason})"
+            if forwards.reason
+            else "needs draft and verify ranges"
+            if verify is None or draft is None
+            else "verify time is 0"
+        )
+    elif run.mode == GENERIC:
+        run.na["draft_cost_ratio"] = f"needs draft and verify ranges; {_NOT_SPECULATIVE}"
+    else:
+        run.na["draft_cost_ratio"] = "a baseline run has no draft model"
+    return None
+
+
+def _speculative_part(
+    run: _Run, acc: dict[str, Any] | None, note: str | None, tokens: int | None
+) -> dict[str, Any]:
+    """Acceptance, the draft forwards per step, c, the structural checks and the what-if."""
+    _acceptance_reason(run, acc, note)
+    k = None if acc is None else int(acc["k"])
+    forwards = (
+        draft_forwards(run.counts, run.b.nesting, acc)
+        if run.mode == "spec"
+        else DraftForwards(None, None, None)
+    )
+    per_range = _per_range_part(run, forwards)
+    c = _cost_ratio(run, per_range, forwards)
+    if run.mode == "spec" and forwards.reason:
+        run.na["draft_forwards_per_step"] = forwards.reason
+    run.warnings.extend(
+        structural_warnings(
+            run.mode, run.counts, run.b.nesting, steps=int(run.counts.get(run.step_phase, 0)),
+            step_phase=run.step_phase, tokens=tokens, acceptance=acc,
+        )
+    )  # fmt: skip
+    whatif = None
+    if acc is not None and c is not None and k is not None:
+        whatif = amdahl.whatif(float(acc["alpha"]), k, c)
+    elif run.mode == GENERIC:
+        run.na["whatif"] = f"needs the alpha, k and c of a speculative run; {_NOT_SPECULATIVE}"
+    else:
+        run.na["whatif"] = "needs the measured alpha, k and c of a speculative run"
+    return {
+        "acceptance": acc,
+        "k": k,
+        "draft_cost_ratio": c,
+        "draft_forwards_per_step": forwards.per_step,
+        "draft_forwards_source": forwards.source,
+        "per_range_ns": per_range,
+        "whatif": whatif,
+    }
+
+
+def _tails_part(run: _Run, lat: pl.DataFrame) -> dict[str, Any]:
+    """Latency per request and the per-step distributions."""
+    latency = _latency(lat, run.na)
+    dist = None
+    if run.mode != GENERIC:
+        stepping = run.step_phase
+        dist = step_distributions(
+            step_table(run.trace, run.scope, stepping),
+            step_phase_times(run.trace, run.scope, stepping),
+        )
+    if dist is None:
+        run.na["step_distributions"] = (
+            f"needs decode steps; {_NOT_SPECULATIVE}" if run.mode == GENERIC else "no decode steps"
+        )
+    return {"latency": latency, "step_distributions": dist}
+
+
+def _gpu_part(run: _Run) -> dict[str, Any]:
+    """Bandwidth, device memory, GPU busy/idle, the largest kernels and the findings."""
+    trace, scope, phases = run.trace, run.scope, run.phases
+    busy = {name: int(row["gpu_busy_ns"] or 0) for name, row in phases.items()}
+    bandwidth, bw_reason = memory_bandwidth(trace, scope, busy)
+    if bw_reason:
+        run.na["bandwidth"] = bw_reason
+    memory, mem_reason = device_memory(trace, scope)
+    if mem_reason:
+        run.na["device_memory"] = mem_reason
+    if not run.gpu:  # gpu_busy_ns's reason covers the GPU time and the kernels as well
+        run.na["findings"] = run.caps["gpu_activity"].reason
+        return {"bandwidth": bandwidth, "device_memory": memory, "gpu_time": None,
+                "top_kernels": None, "findings": None}  # fmt: skip
+    top, top_reason = top_kernels_by_phase(trace, scope, kernel_names=run.b.kernel_names)
+    if top_reason:
+        run.na["top_kernels"] = top_reason
+    figures = {
+        name: {k: int(row[k] or 0) for k in ("wall_ns", "gpu_busy_ns", "cpu_inclusive_ns")}
+        for name, row in phases.items()
+    }
+    return {
+        "bandwidth": bandwidth,
+        "device_memory": memory,
+        "gpu_time": _gpu_time(run.b),
+        "top_kernels": top,
+        "findings": findings_of(trace, scope, figures),
+    }
+
+
+def _process_part(
+    run: _Run, pid: int | None, context: AttributionContext | None
+) -> dict[str, Any]:
+    """The OS runtime calls, what the breakdown noted, and every process of the run."""
+    b = run.b
+    # what the CPU threads did outside CUDA (the only timed events of a CPU-only capture)
+    osrt, osrt_reason = os_runtime_calls(run.trace, b.pid, (b.window_start_ns, b.window_end_ns))
+    if osrt_reason:
+        run.na["os_runtime"] = osrt_reason
+    unclosed = int(getattr(b, "unclosed_ranges", 0) or 0)
+    if unclosed:
+        run.warnings.append(f"{unclosed} phase ranges never closed; counted up to the window end")
+    run.warnings.extend(getattr(b, "graph_notes", ()))  # graph work left on its launch's phase
+    ranks, ranks_reason = ranks_of_analysis(run.trace, run.mapping, b, pid, run.gpu, context)
+    if ranks_reason:
+        run.na["ranks"] = ranks_reason
+    return {"os_runtime": osrt, "ranks": ranks}
 
 
 #: Fields of :class:`Analysis` kept in the trace cache (all but the breakdown, kept on its own,
