@@ -122,7 +122,8 @@ def _headline(d: dict[str, Any]) -> list[str]:
         )
     else:
         lines.append(
-            f"draft + verify take {_pct(d['accelerable_share'])} of this speculative run "
+            f"{' + '.join(acc_names) or 'draft + verify'} take {_pct(d['accelerable_share'])} "
+            "of this speculative run "
             f"({acc_text} of {_ms(window)} ms); p and the Amdahl ceiling come from a baseline "
             "run: specnsys compare BASELINE THIS"
         )
