@@ -28,3 +28,17 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     folder = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("SPECNSYS_CACHE_DIR", str(folder))
     return folder
+
+
+@pytest.fixture(scope="session")
+def corpus_cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus-cache")
+
+
+@pytest.fixture
+def corpus_cache(corpus_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """One cache folder for the real corpus, shared by the tests that sweep it: each export is
+    built once per session (by the first such test, cold) instead of once per test. A test
+    that must see a cold build keeps its own folder (``isolated_cache``)."""
+    monkeypatch.setenv("SPECNSYS_CACHE_DIR", str(corpus_cache_root))
+    return corpus_cache_root

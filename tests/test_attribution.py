@@ -667,7 +667,7 @@ def test_property_exclusive_segments_sum_to_the_breakdown(tmp_path: Path, spec: 
         _pp(b, s, e, text)
     if spec["req"] is not None:
         _request(b, spec["req"][0], spec["req"][0] + spec["req"][1])
-    for corr, (launch, delay, dur, stream, how, kind) in enumerate(spec["ops"], start=1):
+    for corr, (launch, delay, dur, stream, how, _kind) in enumerate(spec["ops"], start=1):
         if how != "missing":
             b.runtime(launch, launch + 1, "cudaLaunchKernel", corr, pid=1, tid=1)
         s, e = launch + delay, launch + delay + dur

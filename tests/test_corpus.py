@@ -17,6 +17,7 @@ from tests.conftest import CORPUS, corpus_files, sha256
 pytestmark = [
     pytest.mark.corpus,
     pytest.mark.skipif(not corpus_files(), reason=f"corpus folder {CORPUS} is absent"),
+    pytest.mark.usefixtures("corpus_cache"),  # each export built once per session
 ]
 
 

@@ -150,6 +150,7 @@ CAUSES = {
 
 @pytest.mark.corpus
 @pytest.mark.slow
+@pytest.mark.usefixtures("corpus_cache")
 def test_no_finding_on_a_corpus_export_that_does_not_hold_its_cause() -> None:
     from tests.conftest import corpus_files
 

@@ -264,6 +264,7 @@ CORPUS_PAIRS = [
 
 
 @pytest.mark.skipif(not corpus_files(), reason="the real corpus is not here")
+@pytest.mark.usefixtures("corpus_cache")
 def test_real_exports_answer_analyze_and_compare() -> None:
     lines: list[list[str]] = []
     for a, b in CORPUS_PAIRS:
@@ -297,7 +298,9 @@ NOTHING_MODELLED = {"2021.3.2_dynamicvit"}
 
 @pytest.mark.slow
 @pytest.mark.skipif(not corpus_files(), reason="the real corpus is not here")
-def test_every_corpus_export_and_sample_answers_the_four_commands(tmp_path: Path) -> None:
+def test_every_corpus_export_and_sample_answers_the_four_commands(
+    tmp_path: Path, corpus_cache: Path
+) -> None:
     """Issue 19: analyze, report, plot phases and compare A A exit 0 on every real export and
     sample, or 2 with one line only where the file holds no events at all."""
     paths = [*corpus_files(), *sorted(SAMPLE_TRACES.glob("*.sqlite"))]
@@ -312,7 +315,7 @@ def test_every_corpus_export_and_sample_answers_the_four_commands(tmp_path: Path
     done = subprocess.run(
         [sys.executable, "-m", "tests.cli_driver", json.dumps(batch)],
         capture_output=True, text=True, cwd=REPO, timeout=1500,
-        env={**os.environ, "SPECNSYS_CACHE_DIR": str(tmp_path / "cache")},
+        env={**os.environ, "SPECNSYS_CACHE_DIR": str(corpus_cache)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     failures = []

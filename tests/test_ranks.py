@@ -362,6 +362,7 @@ def test_phases_all_processes_on_one_process_is_that_process(tmp_path: Path) -> 
 @pytest.mark.corpus
 @pytest.mark.skipif(not NSYSAI, reason="real corpus not present")
 @pytest.mark.parametrize("path", NSYSAI, ids=lambda p: p.stem)
+@pytest.mark.usefixtures("corpus_cache")
 def test_two_gpu_corpus_answers_per_rank(path: Path) -> None:
     """Both ranks of the 2-GPU emit_nvtx exports, under --rules torch: each rank's phases sum
     to its window, and per rank the kernels each phase launched are the kernels ``ranges``

@@ -268,6 +268,7 @@ def test_a_pack_that_matches_nothing_says_so_in_one_line(tmp_path: Path) -> None
 @pytest.mark.corpus
 @pytest.mark.skipif(not NSYSAI, reason="real corpus not present")
 @pytest.mark.parametrize("path", NSYSAI, ids=lambda p: p.stem)
+@pytest.mark.usefixtures("corpus_cache")
 def test_torch_pack_answers_on_the_emit_nvtx_corpus(path: Path) -> None:
     result = specnsys.phases(path, rules="torch")
     frame = result.frame
