@@ -90,7 +90,7 @@ def test_the_schema_names_every_scalar_that_analyze_reports() -> None:
     # dicts where measured, null on these CPU captures
     nested_when_measured = {
         "bandwidth", "device_memory", "gpu_time", "top_kernels", "ranks", "window_dropped",
-        "findings",
+        "findings", "profiler_overhead",
     }
     missing = scalars - set(HEADLINE_TYPES) - nested_when_measured
     assert not missing, f"analyze reports {sorted(missing)}: add them to HEADLINE_TYPES"
