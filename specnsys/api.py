@@ -666,14 +666,15 @@ def figure(
       of the first baseline/spec pair when there is one; * acceptance: the first speculative
       trace; * sweep: each speculative trace against the nearest baseline before it (two
       traces may come in either order); * timeline: one trace, decode step *step* (or the
-      milliseconds *window_ms* of its analysis window).
+      milliseconds *window_ms* of its analysis window); * steps: each trace's per-phase
+      step-time p50/p90/p99/max and its time per output token per step.
     """
     from specnsys.report import plots
     from specnsys.report.build import figure_data
     from specnsys.report.progress import progress
 
-    if kind not in plots.KINDS:
-        raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.KINDS)})")
+    if kind not in plots.TRACE_KINDS:
+        raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.TRACE_KINDS)})")
     if not paths:
         raise UsageError(f"{kind} needs at least one trace")
     mapping = resolve_rules(rules)

@@ -25,6 +25,7 @@ SWEEP = [BASE] + [str(SAMPLES / f"spec_chat_c4_k{k}.sqlite") for k in (2, 4, 6)]
         ("acceptance", [SPEC], "png"),
         ("sweep", SWEEP, "png"),
         ("timeline", [SPEC], "svg"),
+        ("steps", [BASE, SPEC], "png"),
     ],
 )
 def test_plot_every_kind_from_real_traces(

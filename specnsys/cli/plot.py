@@ -16,7 +16,9 @@ from specnsys.cli.common import (
 )
 from specnsys.errors import UsageError
 
-KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline", "verify-cost", "forecast")
+KINDS = (
+    "phases", "amdahl", "acceptance", "sweep", "timeline", "steps", "verify-cost", "forecast",
+)
 #: The kinds that also draw a dataset written by ``specnsys collect`` (given as the one input).
 DATASET_KINDS = ("sweep", "verify-cost")
 FORMATS = ("png", "svg")
@@ -25,7 +27,7 @@ FORMATS = ("png", "svg")
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plot",
-        help="draw a figure (phases, amdahl, acceptance, sweep, timeline, verify-cost, "
+        help="draw a figure (phases, amdahl, acceptance, sweep, timeline, steps, verify-cost, "
         "forecast) as PNG or SVG",
         description=(
             "phases: one bar per trace; amdahl: speedup vs r for the baseline's p (with the "
@@ -33,7 +35,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "run one curve per largest phase, p = its share); acceptance: "
             "the first speculative trace; sweep: each speculative trace against the nearest "
             "baseline before it, or, given a dataset (specnsys collect), the measured speedup over k x "
-            "concurrency; timeline: one decode step of one trace; verify-cost (a dataset): "
+            "concurrency; timeline: one decode step of one trace; steps: each trace's per-phase "
+            "time per decode step and time per output token as p50/p90/p99/max (the tails, "
+            "baseline beside speculative); verify-cost (a dataset): "
             "verify step time against (k + 1) x batch with the fitted line; forecast (traces or "
             "a dataset): the predicted speedup against k per concurrency, measured points "
             "overlaid."

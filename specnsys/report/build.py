@@ -77,6 +77,8 @@ def figure_data(kind: str, runs: Sequence[Run], *, same_output: bool = False) ->
 
     if kind == "phases":
         return plots.phases_data([(r.label, r.data) for r in runs])
+    if kind == "steps":
+        return plots.steps_data([(r.label, r.data) for r in runs])
     if kind == "acceptance":
         spec = next((r for r in runs if r.analysis.mode == "spec"), runs[0])
         return plots.acceptance_data(spec.data)
@@ -87,7 +89,7 @@ def figure_data(kind: str, runs: Sequence[Run], *, same_output: bool = False) ->
             return plots.amdahl_data(base.data, comparison)
         return plots.amdahl_data(runs[0].data)
     if kind != "sweep":
-        raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.KINDS)})")
+        raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.TRACE_KINDS)})")
     if "generic" in modes:
         raise UsageError(
             "sweep needs a baseline trace and at least one speculative trace (it draws p, r "

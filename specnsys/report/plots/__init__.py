@@ -39,6 +39,7 @@ from specnsys.report.plots.amdahl import amdahl_data, amdahl_figure
 from specnsys.report.plots.common import FORMATS, figure_bytes, save_figure, svg_text
 from specnsys.report.plots.forecast import forecast_data, forecast_figure
 from specnsys.report.plots.phases import phases_data, phases_figure
+from specnsys.report.plots.steps import steps_data, steps_figure
 from specnsys.report.plots.sweep import sweep_data, sweep_figure
 from specnsys.report.plots.sweep_grid import sweep_grid_data, sweep_grid_figure
 from specnsys.report.plots.timeline import timeline_data, timeline_figure
@@ -48,6 +49,7 @@ __all__ = [
     "DRAW",
     "FORMATS",
     "KINDS",
+    "TRACE_KINDS",
     "acceptance_data",
     "acceptance_figure",
     "amdahl_data",
@@ -60,6 +62,8 @@ __all__ = [
     "phases_figure",
     "require_drawable",
     "save_figure",
+    "steps_data",
+    "steps_figure",
     "svg_text",
     "sweep_data",
     "sweep_figure",
@@ -74,12 +78,17 @@ __all__ = [
 KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline")
 """The figure kinds, in report order."""
 
+TRACE_KINDS = (*KINDS, "steps")
+"""Every figure ``plot`` draws from traces: the report's and ``steps`` (the per-phase
+step-time tails, baseline beside speculative)."""
+
 DRAW: dict[str, Callable[[Mapping[str, Any]], Figure]] = {
     "phases": phases_figure,
     "amdahl": amdahl_figure,
     "acceptance": acceptance_figure,
     "sweep": sweep_figure,
     "timeline": timeline_figure,
+    "steps": steps_figure,
     # figures of a collected dataset (``plot sweep DATASET``, ``plot verify-cost DATASET``)
     "sweep-grid": sweep_grid_figure,
     "verify-cost": verify_cost_figure,
