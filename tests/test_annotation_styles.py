@@ -151,12 +151,72 @@ def test_c_is_one_draft_forward_over_one_verify(captures: dict[str, Path], style
     assert not [x for x in doc["warnings"] if x.startswith("annotation structure")]
 
 
-def test_c_agrees_whatever_the_draft_hook_style(captures: dict[str, Path]) -> None:
-    c = {style: _analyze(captures[style])["draft_cost_ratio"]
-         for style in ("per_forward", "per_step", "nested")}  # fmt: skip
-    assert _analyze(captures["per_step"])["draft_forwards_source"] == "proposed_marks"
+#: The nested capture's draft ranges, by text or by StringIds (either nsys layout).
+_DRAFT_ROWS = """SELECT rowid, start, "end", globalTid FROM NVTX_EVENTS
+    WHERE coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) = 'draft'"""
+
+
+def _one_style_of(nested: Path, out: Path, keep: str) -> Path:
+    """A copy of the nested capture with one hook style's draft ranges only: ``inner`` keeps
+    the per-forward ranges (drops the ``propose`` ranges that hold them), ``outer`` keeps the
+    per-step ranges. One run seen through each style: no run-to-run noise between them."""
+    import shutil
+    import sqlite3
+
+    shutil.copyfile(nested, out)
+    db = sqlite3.connect(out)
+    try:
+        drafts = db.execute(_DRAFT_ROWS).fetchall()
+        outer = {
+            r for r, s, e, t in drafts
+            if any(i != r and tt == t and s <= ss and ee <= e for i, ss, ee, tt in drafts)
+        }  # fmt: skip
+        drop = outer if keep == "inner" else {r for r, *_ in drafts} - outer
+        assert outer and drop, (len(drafts), len(outer))
+        db.executemany("DELETE FROM NVTX_EVENTS WHERE rowid = ?", [(r,) for r in drop])
+        db.commit()
+    finally:
+        db.close()
+    return out
+
+
+def test_c_agrees_whatever_the_draft_hook_style(captures: dict[str, Path], tmp_path: Path) -> None:
+    """The same c (within 10 %) per forward, per step and nested. Compared on one run (the
+    nested capture seen through each style) so that the check is about the hook style, not
+    about two captures' timing (separate captures of this CPU loop differ by 10 % and more
+    on a loaded machine); each real capture's own c is checked against its own ranges above
+    and below."""
+    nested = captures["nested"]
+    docs = {
+        "nested": _analyze(nested),
+        "per_forward": _analyze(_one_style_of(nested, tmp_path / "f.sqlite", keep="inner")),
+        "per_step": _analyze(_one_style_of(nested, tmp_path / "s.sqlite", keep="outer")),
+    }
+    sources = {style: d["draft_forwards_source"] for style, d in docs.items()}
+    assert sources == {"nested": "nested_draft_ranges", "per_forward": "repeated_draft_ranges",
+                       "per_step": "proposed_marks"}  # fmt: skip
+    c = {style: d["draft_cost_ratio"] for style, d in docs.items()}
+    # nested and per-forward time the same ranges: one c
+    assert c["nested"] == pytest.approx(c["per_forward"], rel=1e-9), c
+    # per step: the step's draft time over the forwards it proposed (its Python between
+    # the forwards included)
     assert c["per_step"] == pytest.approx(c["per_forward"], rel=0.10), c
-    assert c["nested"] == pytest.approx(c["per_forward"], rel=0.10), c
+
+
+def test_the_per_step_capture_takes_one_draft_forward_from_the_proposed_marks(
+    captures: dict[str, Path],
+) -> None:
+    """The real per-step capture (``propose`` hooked, k forwards inside each range): c is one
+    draft step's mean range over the forwards it proposed, over one verify -- not the whole
+    step's time (k times too large) -- whatever another capture's timing was."""
+    path = captures["per_step"]
+    doc = _analyze(path)
+    assert doc["draft_forwards_source"] == "proposed_marks"
+    assert doc["draft_forwards_per_step"] == pytest.approx(4, rel=0.1)
+    step = _mean_ms(path, _MEAN_DURATION.format(phase="draft"))
+    verify = _mean_ms(path, _MEAN_DURATION.format(phase="verify"))
+    expected = step / doc["draft_forwards_per_step"] / verify
+    assert doc["draft_cost_ratio"] == pytest.approx(expected, rel=0.05)
 
 
 def test_the_prefills_forwards_are_prefill_and_p_leaves_them_out(captures: dict[str, Path]) -> None:
