@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from specnsys.api import (  # noqa: F401 - in __all__ through PUBLIC_FUNCTIONS
         analyze,
         compare,
+        export,
         figure,
         kernels,
         open,  # noqa: A004

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from specnsys.metrics import Analysis, Comparison
     from specnsys.metrics.ab_compare import ABComparison
     from specnsys.metrics.ranks import Rank
+    from specnsys.metrics.timeline_export import TimelineExport
     from specnsys.report.build import Run
 
 #: What ``import specnsys`` exposes from here (besides the result classes below).
@@ -48,6 +49,7 @@ PUBLIC_FUNCTIONS = (
     "analyze",
     "analyze_steps",
     "compare",
+    "export",
     "figure",
     "kernels",
     "open",
@@ -59,7 +61,10 @@ PUBLIC_FUNCTIONS = (
     "whatif",
 )
 
-__all__ = ["Compared", "Figure", "Phases", "Report", "Table", "WhatIf", "warn", *PUBLIC_FUNCTIONS]
+__all__ = [
+    "Compared", "Export", "Figure", "Phases", "Report", "Table", "WhatIf", "warn",
+    *PUBLIC_FUNCTIONS,
+]  # fmt: skip
 
 
 def open(path: str | Path, *, use_cache: bool = True) -> Trace:  # noqa: A001 - specnsys.open
@@ -783,3 +788,84 @@ def report(
                 runs = [base_run, spec_run]
         page = render_report(runs, comparison, lanes, advance)
     return Report(page, tuple(notes))
+
+
+#: The formats ``export`` writes.
+EXPORT_FORMATS = ("perfetto",)
+#: ``export``'s default --max-events: a file Perfetto UI opens in a browser tab.
+MAX_EVENTS = 2_000_000
+
+
+@dataclass(frozen=True)
+class Export:
+    """A timeline export of one trace (``specnsys export``): its rows, rendered on demand."""
+
+    path: str
+    data: TimelineExport
+    format: str = "perfetto"
+    data_warnings: tuple[str, ...] = ()
+
+    @property
+    def dropped(self) -> dict[str, Any] | None:
+        """What the ``max_events`` cut left out (None: nothing)."""
+        return self.data.dropped
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole Chrome trace-event document (:mod:`specnsys.report.perfetto`)."""
+        from specnsys.report.perfetto import trace_document
+
+        return trace_document(self.data, self.path)
+
+    def write(self, handle: Any, *, compress: bool = False) -> int:
+        """Stream the document to the binary *handle* (gzip with *compress*); the number of
+        events written."""
+        from specnsys.report.perfetto import write_trace_json
+
+        return write_trace_json(self.data, self.path, handle, compress=compress)
+
+
+def export(
+    path: str | Path,
+    *,
+    format: str = "perfetto",  # noqa: A002 - the command's --format
+    rules: PhaseRules | str | Path | None = None,
+    pid: int | None = None,
+    window: str | None = None,
+    max_events: int = MAX_EVENTS,
+    use_cache: bool = True,
+) -> Export:
+    """The timeline of one trace as a Chrome trace-event document for Perfetto UI
+    (``specnsys export --format perfetto``): the exclusive phase timeline, the driver thread's
+    NVTX ranges, the GPU ops by stream coloured by launch phase, step markers and counters,
+    over the analysis window (*window*: ``--window``). More than *max_events* events cut the
+    window to a prefix that fits; ``dropped`` and a data warning say what was left out."""
+    from specnsys.attribution.timeline import NO_WINDOW
+    from specnsys.metrics.timeline_export import cut_to_events, timeline_export
+    from specnsys.report.perfetto import metadata_events
+
+    if format not in EXPORT_FORMATS:
+        raise UsageError(f"unknown export format {format!r} (one of {', '.join(EXPORT_FORMATS)})")
+    if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+        raise UsageError(f"max_events: {max_events!r} is not a positive number of events")
+    mapping = resolve_rules(rules)
+    with _checked(path, use_cache, mapping) as (trace, notes, context):
+        data = timeline_export(trace, rules=context.rules, context=context, pid=pid, window=window)
+        if data.breakdown.window_ns <= 0:
+            who = f"process {pid} has" if pid is not None else "the trace has"
+            raise BadInputError(f"{path}: nothing to export ({who} {NO_WINDOW})")
+        budget = max_events - len(metadata_events(data))
+        if budget < 1:
+            raise UsageError(
+                f"--max-events {max_events:,} is fewer than the export's "
+                f"{len(metadata_events(data)):,} track names alone"
+            )
+        data = cut_to_events(data, budget)
+    if data.dropped is not None:
+        d = data.dropped
+        notes.append(
+            f"{path}: --max-events {max_events:,}: the window has {d['events']:,} events; kept "
+            f"the first {d['kept_ns'] / 1e6:.3f} ms of {d['window_ns'] / 1e6:.3f} ms "
+            f"({d['kept_events']:,} events), dropped {d['slices_dropped']:,} slices and "
+            f"{d['steps_dropped']:,} steps after it (phase totals are of the kept part)"
+        )
+    return Export(str(path), data, format, tuple(notes))

@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         check,
         collect,
         compare,
+        export,
         forecast,
         info,
         kernels,
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.register(sub)
     plot.register(sub)
     report.register(sub)
+    export.register(sub)
     collect.register(sub)
     check.register(sub)
     sweep.register(sub)

@@ -1,0 +1,59 @@
+"""``specnsys export TRACE --format perfetto -o FILE``: the timeline as a Chrome trace-event
+JSON for Perfetto UI (:mod:`specnsys.report.perfetto`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specnsys import api
+from specnsys.cli.common import RULES_HELP, add_analysis_window_argument, check_output, count_arg
+from specnsys.errors import UsageError
+
+#: --max-events: at least the track names and a slice, at most what no browser could open.
+MAX_EVENTS_LIMIT = 10**9
+events_arg = count_arg("events", 1, MAX_EVENTS_LIMIT)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "export",
+        help="the timeline (phase tracks, NVTX ranges, GPU ops by launch phase, steps) as a "
+        "Chrome trace-event JSON for Perfetto UI",
+    )
+    p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
+    p.add_argument("--format", choices=api.EXPORT_FORMATS, default="perfetto",
+                   help="perfetto: Chrome trace-event JSON (Perfetto UI, chrome://tracing)")  # fmt: skip
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="FILE.json, FILE.json.gz (gzip), or - for standard output")  # fmt: skip
+    p.add_argument("--pid", type=int, help="process to export (default: the annotated one)")
+    p.add_argument("--rules", metavar="RULES", help=RULES_HELP)
+    add_analysis_window_argument(p)
+    p.add_argument("--max-events", type=events_arg, default=api.MAX_EVENTS, metavar="N",
+                   help=f"at most N events (default {api.MAX_EVENTS:,}): beyond, the window "
+                   "is cut to the prefix that fits, with a warning saying what was dropped")  # fmt: skip
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specnsys.small_files import write_files
+
+    out = None
+    if args.output != "-":
+        out = check_output(args.output, ("json", "gz"), [args.trace])
+        if out.name.lower().endswith(".gz") and not out.name.lower().endswith(".json.gz"):
+            raise UsageError(f"{out}: the output must end in .json or .json.gz")
+    result = api.export(args.trace, format=args.format, rules=args.rules, pid=args.pid,
+                        window=args.window, max_events=args.max_events,
+                        use_cache=not args.no_cache)  # fmt: skip
+    if out is None:
+        sys.stdout.flush()
+        result.write(sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    else:
+        compress = out.name.lower().endswith(".gz")
+        counted: list[int] = []
+        write_files({out: lambda handle: counted.append(result.write(handle, compress=compress))})
+        print(f"{out}: {counted[0]:,} events ({out.stat().st_size / 1024:.0f} KiB)")
+    api.warn(result)
+    return 0

@@ -1,0 +1,306 @@
+"""The Chrome trace-event JSON of a timeline export (``specnsys export --format perfetto``):
+what Perfetto UI (ui.perfetto.dev) and other trace-event viewers open.
+
+A renderer: every event is one row of :class:`~specnsys.metrics.timeline_export.
+TimelineExport`, nothing is attributed here. The document (JSON object format):
+
+* ``traceEvents``: metadata (``M``: ``process_name``, ``process_sort_index``, ``thread_name``,
+  ``thread_sort_index``), then per track its slices as begin/end pairs (``B``/``E``) in time order,
+  the decode-step markers (``i``, process scope) and the counters (``C``);
+* ``displayTimeUnit`` ``"ns"``; ``otherData``: what was exported (trace, process, window,
+  rules, the breakdown's ``phase_wall_ns``, the rounding rule, what a ``--max-events`` cut
+  dropped).
+
+**Time.** ``ts`` is in microseconds (a float, as the format requires) from the start of the
+analysis window (``otherData.window_start_ns`` on the session clock): every event lies in
+``[0, window]``, and ``round(ts * 1000)`` is the event's exact ns offset. Slices are ``B``/``E``
+pairs, not ``X`` events: each boundary is one timestamp, so slices that meet (a range ending
+where its parent ends, a kernel starting where the one before it ended) meet exactly in every
+viewer, whatever float arithmetic it does (an ``X`` event's end is ``ts + dur``, which a viewer
+that shifts its times first rounds differently from the next slice's ``ts``). On each track
+the events are in time order, an end before a begin at the same instant, and every ``E``
+repeats its ``B``'s name and args.
+
+**Tracks.** In the analyzed process (its pid): one track per phase (``phase: NAME``, sorted
+above the threads, in the breakdown's order), then the driver thread with its NVTX push/pop
+ranges (further ``NVTX lane`` tracks only for ranges of one domain that cross ranges of
+another), the step markers and counters ``accepted drafts``, ``output tokens`` and ``GPU busy``
+(per step: the fraction of the step some GPU op ran; without steps: 1 while any op runs, else
+0). One process per GPU (``GPU N``) with one track per stream (``stream S``), each op coloured
+by the phase that launched it (``cat`` and ``args.phase``, and a ``cname`` from the trace
+viewer's palette). Phase slices carry ``args.sharing`` = *n*: the slice's time is shared
+evenly by *n* phases whose GPU work ran at once, so a phase's exact total is
+``sum(dur / sharing)``; rounded by largest remainder (ties in the breakdown's order) it is
+``phases``'s ``wall_ns`` (:func:`~specnsys.metrics.timeline_export.phase_totals`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from specnsys.metrics.timeline_export import TimelineExport
+
+__all__ = [
+    "PHASE_CNAMES", "metadata_events", "other_data", "render_events", "trace_document",
+    "write_trace_json",
+]  # fmt: skip
+
+#: Synthetic ids far above any real one (Linux pids and tids stay below 2^22).
+PHASE_TID_BASE = 1 << 30
+LANE_TID_BASE = (1 << 30) + (1 << 20)
+GPU_PID_BASE = 1 << 30
+STREAM_LANE = 1 << 24
+
+#: Phase -> a colour name of the trace viewer's reserved palette (``cname``).
+PHASE_CNAMES = {
+    "request": "grey",
+    "prefill": "rail_load",
+    "draft_prefill": "startup",
+    "decode": "generic_work",
+    "forward": "good",
+    "draft": "rail_animation",
+    "verify": "terrible",
+    "sample": "yellow",
+    "kv": "olive",
+    "sync": "bad",
+    "schedule": "rail_idle",
+    "unannotated": "white",
+    "unattributed_gpu": "black",
+}
+
+ROUNDING = (
+    "a phase slice's time is shared evenly by args.sharing phases; a phase's total is "
+    "sum((end - begin) in ns / sharing) over its slices, rounded to integer ns by largest remainder (ties "
+    "in the order of phase_wall_ns), which equals phase_wall_ns when nothing was cut"
+)
+
+
+def _us(t: int, origin: int) -> float:
+    return (t - origin) / 1000
+
+
+def _slices(
+    rows: Iterable[tuple[int, int, dict[str, Any]]], origin: int
+) -> Iterator[dict[str, Any]]:
+    """``B``/``E`` events of one track's slices (*rows*: ``start, end, event fields``, sorted
+    by start then end descending, and nesting): each slice's end comes when the next slice
+    starts at or after it, or at the end."""
+    stack: list[tuple[int, dict[str, Any]]] = []
+    for s, e, base in rows:
+        while stack and stack[-1][0] <= s:
+            end, top = stack.pop()
+            yield {**top, "ph": "E", "ts": _us(end, origin)}
+        yield {**base, "ph": "B", "ts": _us(s, origin)}
+        stack.append((e, base))
+    while stack:
+        end, top = stack.pop()
+        yield {**top, "ph": "E", "ts": _us(end, origin)}
+
+
+def _pid(data: TimelineExport) -> int:
+    return data.breakdown.pid if data.breakdown.pid is not None else 0
+
+
+def _gpu_pid(device: int) -> int:
+    return GPU_PID_BASE + max(device, 0) + (1 << 16 if device < 0 else 0)
+
+
+def _stream_tid(stream: int, lane: int) -> int:
+    return max(stream, 0) + lane * STREAM_LANE
+
+
+def _phase_order(data: TimelineExport) -> list[str]:
+    order = data.breakdown.frame["phase"].to_list()
+    extra = sorted(set(data.phases["phase"].to_list()) - set(order))
+    return [p for p in order + extra if p in set(data.phases["phase"].to_list())]
+
+
+def _driver_name(data: TimelineExport) -> str:
+    return data.driver_name or f"thread {data.driver_tid}"
+
+
+def metadata_events(data: TimelineExport) -> list[dict[str, Any]]:
+    """Names and sort indices of every process and track the rows draw."""
+    pid = _pid(data)
+    name = data.process_name or "process"
+
+    def meta(kind: str, p: int, args: dict[str, Any], tid: int = 0) -> dict[str, Any]:
+        return {"ph": "M", "name": kind, "pid": p, "tid": tid, "args": args}
+
+    events = [
+        meta("process_name", pid, {"name": f"{name} (pid {pid})"}),
+        meta("process_sort_index", pid, {"sort_index": 0}),
+    ]
+    for i, phase in enumerate(_phase_order(data)):
+        tid = PHASE_TID_BASE + i
+        events.append(meta("thread_name", pid, {"name": f"phase: {phase}"}, tid))
+        events.append(meta("thread_sort_index", pid, {"sort_index": -1000 + i}, tid))
+    if data.driver_tid is not None:
+        lanes = sorted(set(data.ranges["lane"].to_list()) | {0})
+        for lane in lanes:
+            tid = data.driver_tid if lane == 0 else LANE_TID_BASE + lane
+            label = _driver_name(data) + ("" if lane == 0 else f" (NVTX lane {lane})")
+            events.append(meta("thread_name", pid, {"name": label}, tid))
+            events.append(meta("thread_sort_index", pid, {"sort_index": lane}, tid))
+    tracks = data.ops.select("device", "stream", "lane").unique().sort("device", "stream", "lane")
+    for device in tracks["device"].unique().sort().to_list():
+        gpu = _gpu_pid(device)
+        label = f"GPU {device}" if device >= 0 else "GPU (device unknown)"
+        events.append(meta("process_name", gpu, {"name": label}))
+        events.append(meta("process_sort_index", gpu, {"sort_index": 1 + max(device, 0)}))
+    for device, stream, lane in tracks.iter_rows():
+        label = f"stream {stream}" if stream >= 0 else "stream (unknown)"
+        label += "" if lane == 0 else f" (overlap lane {lane})"
+        tid = _stream_tid(stream, lane)
+        events.append(meta("thread_name", _gpu_pid(device), {"name": label}, tid))
+        events.append(meta("thread_sort_index", _gpu_pid(device), {"sort_index": tid}, tid))
+    return events
+
+
+def render_events(data: TimelineExport) -> Iterator[dict[str, Any]]:
+    """Every event of the export: :func:`metadata_events`, then the rows (see the module
+    docs), one event each, by track and time."""
+    yield from metadata_events(data)
+    origin = data.start_ns
+    pid = _pid(data)
+    track = {p: PHASE_TID_BASE + i for i, p in enumerate(_phase_order(data))}
+    for (phase,), rows in data.phases.sort("phase", "start").group_by("phase", maintain_order=True):
+        base = {"name": phase, "cat": "phase", "pid": pid, "tid": track[phase],
+                "cname": PHASE_CNAMES.get(phase, "generic_work")}  # fmt: skip
+        yield from _slices(
+            (
+                (s, e, {**base, "args": {"phase": phase, "sharing": n, "share": 1 / n}})
+                for s, e, n in rows.select("start", "end", "sharing").iter_rows()
+            ),
+            origin,
+        )
+    driver = data.driver_tid
+    if driver is not None:
+        for (lane,), rows in data.ranges.sort("lane", "start", descending=[False, False]).group_by(
+            "lane", maintain_order=True
+        ):
+            tid = driver if lane == 0 else LANE_TID_BASE + lane
+            ordered = rows.sort(["start", "end"], descending=[False, True])
+            yield from _slices(
+                (
+                    (s, e, {"name": text, "cat": domain or "nvtx", "pid": pid, "tid": tid})
+                    for s, e, text, domain in ordered.select(
+                        "start", "end", "text", "domain"
+                    ).iter_rows()
+                ),
+                origin,
+            )
+    for (device, stream, lane), rows in data.ops.sort("device", "stream", "lane").group_by(
+        "device", "stream", "lane", maintain_order=True
+    ):
+        ordered = rows.sort(["start", "end"], descending=[False, True])
+        yield from _slices(
+            (
+                (
+                    s,
+                    e,
+                    {
+                        "name": name or kind,
+                        "cat": phase,
+                        "pid": _gpu_pid(device),
+                        "tid": _stream_tid(stream, lane),
+                        "cname": PHASE_CNAMES.get(phase, "generic_work"),
+                        "args": {"phase": phase, "kind": kind},
+                    },
+                )  # fmt: skip
+                for kind, name, s, e, phase in ordered.select(
+                    "kind", "name", "start", "end", "phase"
+                ).iter_rows()
+            ),
+            origin,
+        )
+    yield from _step_events(data, pid)
+    for t, value in data.gpu_busy.iter_rows():
+        yield {"ph": "C", "name": "GPU busy", "pid": pid, "ts": (t - origin) / 1000,
+               "args": {"busy": value}}  # fmt: skip
+
+
+_COUNTER_NAMES = {"accepted": "accepted drafts", "tokens": "output tokens", "gpu_busy": "GPU busy"}
+_COUNTER_KEYS = {"accepted": "accepted", "tokens": "tokens", "gpu_busy": "busy"}
+
+
+def _step_events(data: TimelineExport, pid: int) -> Iterator[dict[str, Any]]:
+    origin = data.start_ns
+    counters = data.counters()
+    steps = data.steps
+    for row in steps.iter_rows(named=True):
+        ts = (row["start"] - origin) / 1000
+        yield {"ph": "i", "s": "p", "name": f"step {row['step']}", "cat": "step", "pid": pid,
+               "tid": 0, "ts": ts, "args": {"step": row["step"]}}  # fmt: skip
+        for c in counters:
+            value = row[c]
+            yield {"ph": "C", "name": _COUNTER_NAMES[c], "pid": pid, "ts": ts,
+                   "args": {_COUNTER_KEYS[c]: 0 if value is None else value}}  # fmt: skip
+    if steps.height:
+        end = (int(steps["end"].max()) - origin) / 1000  # type: ignore[arg-type]
+        for c in counters:
+            yield {"ph": "C", "name": _COUNTER_NAMES[c], "pid": pid, "ts": end,
+                   "args": {_COUNTER_KEYS[c]: 0}}  # fmt: skip
+
+
+def other_data(data: TimelineExport, trace: str) -> dict[str, Any]:
+    """``otherData``: what the export holds and how to read it."""
+    b = data.breakdown
+    walls = dict(zip(b.frame["phase"].to_list(), b.frame["wall_ns"].to_list(), strict=True))
+    return {
+        "generator": "specnsys export --format perfetto",
+        "trace": trace,
+        "pid": b.pid,
+        "driver_tid": data.driver_tid,
+        "time_origin": "the analysis window's start: ts = (t_ns - window_start_ns) / 1000",
+        "window_start_ns": b.window_start_ns,
+        "window_end_ns": b.window_end_ns,
+        "export_end_ns": data.end_ns,
+        "window_rule": b.window_rule,
+        "window_dropped": b.window_dropped,
+        "rules": b.rules,
+        "phase_wall_ns": walls,
+        "rounding": ROUNDING,
+        "dropped": data.dropped,
+    }
+
+
+def write_trace_json(
+    data: TimelineExport, trace: str, handle: IO[bytes], *, compress: bool = False
+) -> int:
+    """Write the document to *handle* (gzip with *compress*), streaming: the events are
+    rendered as they are written. Returns the number of events."""
+    out: IO[bytes] | gzip.GzipFile = (
+        gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) if compress else handle
+    )
+    count = 0
+    try:
+        out.write(b'{"displayTimeUnit":"ns","otherData":')
+        out.write(json.dumps(other_data(data, trace), separators=(",", ":")).encode())
+        out.write(b',"traceEvents":[')
+        chunk: list[str] = []
+        for event in render_events(data):
+            chunk.append(json.dumps(event, separators=(",", ":")))
+            count += 1
+            if len(chunk) >= 10_000:
+                out.write(("," if count > len(chunk) else "").encode() + ",".join(chunk).encode())
+                chunk = []
+        if chunk:
+            out.write(("," if count > len(chunk) else "").encode() + ",".join(chunk).encode())
+        out.write(b"]}\n")
+    finally:
+        if compress:
+            out.close()
+    return count
+
+
+def trace_document(data: TimelineExport, trace: str) -> dict[str, Any]:
+    """The whole document as one object (for a notebook or a test; the CLI streams)."""
+    return {
+        "displayTimeUnit": "ns",
+        "otherData": other_data(data, trace),
+        "traceEvents": list(render_events(data)),
+    }
