@@ -54,7 +54,7 @@ EXPORTS = (
 )
 NSYS_REPORTS = "nvtxgpuproj,gpukernsum,nvtxsum"
 IMPORTS = (
-    "import specnsys.cli.main, specnsys.attribution.projection, specnsys.report.projection_text"
+    "import specnsys.cli.main, specnsys.attribution.projection, specnsys.render.projection_text"
 )
 
 

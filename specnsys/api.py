@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from specnsys.metrics.ab_compare import ABComparison
     from specnsys.metrics.ranks import Rank
     from specnsys.metrics.timeline_export import TimelineExport
-    from specnsys.report.build import Run
+    from specnsys.render.build import Run
 
 #: What ``import specnsys`` exposes from here (besides the result classes below).
 PUBLIC_FUNCTIONS = (
@@ -330,7 +330,7 @@ class Phases:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``phases --json`` document (with ``all_processes``: :meth:`ranks_dict`)."""
-        from specnsys.report.phases_text import phases_dict
+        from specnsys.render.phases_text import phases_dict
 
         if self.ranks is not None:
             return self.ranks_dict()
@@ -341,7 +341,7 @@ class Phases:
         each rank's full phase rows (``phases --json``'s columns plus ``nccl_ns`` and
         ``nccl_kernels``) and ``not_available``."""
         from specnsys.metrics.ranks import ranks_dict
-        from specnsys.report.phases_text import phases_dict
+        from specnsys.render.phases_text import phases_dict
 
         ranks = list(self.ranks or ())
         doc = ranks_dict(ranks, "gpu" not in self.not_available)
@@ -619,13 +619,13 @@ class Figure:
 
     def draw(self) -> MplFigure:
         """The figure as a matplotlib Figure (shown inline by a notebook)."""
-        from specnsys.report.plots import draw
+        from specnsys.render.plots import draw
 
         return draw(self.data)
 
     def image(self, path: str | Path) -> bytes:
         """The figure as the PNG or SVG bytes that *path*'s suffix asks for (not written)."""
-        from specnsys.report.plots import figure_bytes
+        from specnsys.render.plots import figure_bytes
 
         return figure_bytes(self.draw(), path, salt=self.kind)
 
@@ -642,7 +642,7 @@ def _runs(
     tokens: Sequence[int | None] | None = None,
     window: str | None = None,
 ) -> list[Run]:
-    from specnsys.report.build import Run, run_label
+    from specnsys.render.build import Run, run_label
 
     runs = []
     for path, given in zip(paths, tokens or [None] * len(paths), strict=True):
@@ -674,9 +674,9 @@ def figure(
       milliseconds *window_ms* of its analysis window); * steps: each trace's per-phase
       step-time p50/p90/p99/max and its time per output token per step.
     """
-    from specnsys.report import plots
-    from specnsys.report.build import figure_data
-    from specnsys.report.progress import progress
+    from specnsys.render import plots
+    from specnsys.render.build import figure_data
+    from specnsys.render.progress import progress
 
     if kind not in plots.TRACE_KINDS:
         raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.TRACE_KINDS)})")
@@ -746,8 +746,8 @@ def report(
     from specnsys.attribution.lanes import timeline_lanes
     from specnsys.metrics.ab_compare import ab_compare
     from specnsys.metrics.comparison import is_ab_pairing
-    from specnsys.report.build import Run, pair_runs, render_report, run_label
-    from specnsys.report.progress import progress
+    from specnsys.render.build import Run, pair_runs, render_report, run_label
+    from specnsys.render.progress import progress
 
     mapping = resolve_rules(rules)
     given = _given_tokens(tokens, 1 + (baseline is not None))
@@ -811,15 +811,15 @@ class Export:
         return self.data.dropped
 
     def to_dict(self) -> dict[str, Any]:
-        """The whole Chrome trace-event document (:mod:`specnsys.report.perfetto`)."""
-        from specnsys.report.perfetto import trace_document
+        """The whole Chrome trace-event document (:mod:`specnsys.render.perfetto`)."""
+        from specnsys.render.perfetto import trace_document
 
         return trace_document(self.data, self.path)
 
     def write(self, handle: Any, *, compress: bool = False) -> int:
         """Stream the document to the binary *handle* (gzip with *compress*); the number of
         events written."""
-        from specnsys.report.perfetto import write_trace_json
+        from specnsys.render.perfetto import write_trace_json
 
         return write_trace_json(self.data, self.path, handle, compress=compress)
 
@@ -841,7 +841,7 @@ def export(
     window to a prefix that fits; ``dropped`` and a data warning say what was left out."""
     from specnsys.attribution.timeline import NO_WINDOW
     from specnsys.metrics.timeline_export import cut_to_events, timeline_export
-    from specnsys.report.perfetto import metadata_events
+    from specnsys.render.perfetto import metadata_events
 
     if format not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format {format!r} (one of {', '.join(EXPORT_FORMATS)})")

@@ -259,7 +259,7 @@ def test_json_output_is_the_document_with_long_row_lists_one_row_per_line() -> N
     and everything else indented, NaN refused."""
     import math
 
-    from specnsys.report.analyze_text import ROWS_PER_LINE_FROM, render_json
+    from specnsys.render.analyze_text import ROWS_PER_LINE_FROM, render_json
 
     tricky = 'q"\n\x00rows-0123456789abcdef0123456789abcdef-0 \\ é'
     n = ROWS_PER_LINE_FROM + 1

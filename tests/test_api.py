@@ -15,6 +15,7 @@ from tests.cli_driver import run_one
 from tests.test_quality import _messy_loop
 
 REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_traces"
 
 
 def test_help_lists_the_public_functions_and_import_stays_light() -> None:
@@ -61,3 +62,26 @@ def test_every_trace_command_prints_the_same_data_warnings(messy: Path, tmp_path
         ]
     assert len(seen["analyze"]) == 3
     assert all(found == seen["analyze"] for found in seen.values()), seen
+
+
+def test_the_report_function_survives_the_import_of_the_renderers() -> None:
+    """``specnsys.report`` is a public function and was the name of the renderers'
+    subpackage: importing the subpackage (which every figure and renderer does) bound the
+    module over the function, so the second ``specnsys.report(...)`` raised "'module' object
+    is not callable". The renderers are ``specnsys.render`` now. Fresh interpreter: the
+    binding happened at the subpackage's first import."""
+    code = (
+        "import specnsys, specnsys.render.html, specnsys.render.plots\n"
+        "from specnsys.render import plots\n"
+        "assert callable(specnsys.report), specnsys.report\n"
+        f"first = specnsys.report({str(SAMPLES / 'spec_chat_c4_k4.sqlite')!r})\n"
+        f"second = specnsys.report({str(SAMPLES / 'spec_chat_c4_k4.sqlite')!r})\n"
+        "assert first.html == second.html and callable(specnsys.report)\n"
+        "assert plots.KINDS and specnsys.report.__module__ == 'specnsys.api'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

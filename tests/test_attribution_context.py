@@ -17,7 +17,7 @@ SPEC = Path(__file__).resolve().parent.parent / "sample_traces" / "spec_chat_c4_
 
 
 def test_a_report_builds_the_phase_index_once_per_trace() -> None:
-    # What specnsys.report runs inside one opened trace: the analysis (breakdown, marks,
+    # What specnsys.report() runs inside one opened trace: the analysis (breakdown, marks,
     # bandwidth) and the lanes, cold (no cached results), all sharing one context.
     rules = default_rules(PHASES, DOMAIN)
     with open_trace(SPEC, use_cache=False) as trace, AttributionContext(trace, rules) as context:

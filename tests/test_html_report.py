@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from specnsys import api
-from specnsys.report.html import ReportFigure, inline_svg, render_report_html
+from specnsys.render.html import ReportFigure, inline_svg, render_report_html
 from tests.test_plots import BASELINE, COMPARISON, SPEC
 from tests.test_plots_lanes import build_gpu_trace
 

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # top to bottom
     ("specnsys.runset",),
     ("specnsys.api",),
     ("specnsys.capture", "specnsys.annotate", "specnsys.inject"),
-    ("specnsys.report",),
+    ("specnsys.render",),
     ("specnsys.metrics", "specnsys.forecasting"),
     ("specnsys.attribution",),
     ("specnsys.ingest", "specnsys.readers"),
@@ -209,7 +209,7 @@ def test_a_cycle_and_an_upward_import_are_found() -> None:
     ]
     assert _cycles(made_up) == [["specnsys.ingest.a", "specnsys.ingest.b", "specnsys.ingest.c"]]
     assert _upward(made_up) == []
-    up = Import("specnsys.ingest.a", "specnsys.report.y", 1)
+    up = Import("specnsys.ingest.a", "specnsys.render.y", 1)
     base_up = Import("specnsys.errors", "specnsys.ingest.a", 1)
     assert _upward([*made_up, up, base_up]) == [up, base_up]
     assert _rank("specnsys.vocabulary") is None and _rank("specnsys.api") == 3

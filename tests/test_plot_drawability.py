@@ -14,7 +14,7 @@ from specnsys.attribution.lanes import timeline_lanes
 from specnsys.cli.main import main
 from specnsys.errors import UsageError
 from specnsys.metrics import analyze_trace
-from specnsys.report import plots
+from specnsys.render import plots
 from specnsys.testing import NsysExportBuilder
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"

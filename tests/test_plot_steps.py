@@ -16,7 +16,7 @@ import pytest
 
 import specnsys
 from specnsys.cli.main import main
-from specnsys.report.plots.steps import STEP_QUANTILES, TOKEN_ROW
+from specnsys.render.plots.steps import STEP_QUANTILES, TOKEN_ROW
 from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES
 from tests.test_step_distributions import _loop

@@ -25,8 +25,8 @@ import specnsys
 from specnsys import annotate
 from specnsys.attribution.lanes import timeline_lanes
 from specnsys.metrics.whatcut import what_to_cut
-from specnsys.report import plots
-from specnsys.report.palette import PHASE_COLORS, ordered_phases, phase_color
+from specnsys.render import plots
+from specnsys.render.palette import PHASE_COLORS, ordered_phases, phase_color
 from tests.test_plots_lanes import build_gpu_trace
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "plots"
@@ -408,7 +408,7 @@ def test_every_figure_is_written_as_png_and_svg_without_overlapping_text(
 
 
 def test_the_overlap_check_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specnsys.report.plots.common import new_figure
+    from specnsys.render.plots.common import new_figure
 
     fig = new_figure(4, 3)
     ax = fig.add_subplot()
@@ -511,7 +511,7 @@ def test_legend_of_a_trace_with_many_phases_lists_the_heaviest(
 def test_progress_bar_only_on_a_terminal(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from specnsys.report.progress import progress, progress_enabled
+    from specnsys.render.progress import progress, progress_enabled
 
     monkeypatch.delenv("SPECNSYS_PROGRESS", raising=False)
     assert progress_enabled() is False  # pytest captures stderr: not a TTY

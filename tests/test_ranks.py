@@ -22,7 +22,7 @@ import specnsys
 from specnsys.api import resolve_rules
 from specnsys.attribution.phase_map import phase_ranges
 from specnsys.metrics.ranks import ONE_PROCESS
-from specnsys.report.analyze_text import straggler_line
+from specnsys.render.analyze_text import straggler_line
 from specnsys.testing import NsysExportBuilder
 from tests.conftest import CORPUS, SAMPLE_TRACES, corpus_files
 

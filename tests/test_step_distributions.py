@@ -73,7 +73,7 @@ def test_quantiles_per_phase_are_exact(tmp_path: Path, forwards: list[int]) -> N
 
 
 def test_the_text_shows_the_tails(tmp_path: Path) -> None:
-    from specnsys.report.analyze_text import render_analysis_text
+    from specnsys.render.analyze_text import render_analysis_text
 
     a = specnsys.analyze(_loop([100, 300, 200, 200, 500]).write(tmp_path / "t.sqlite"))
     text = render_analysis_text(a.to_dict())

@@ -17,7 +17,7 @@ import pytest
 
 from specnsys import annotate, vocabulary
 from specnsys.attribution.rules import REQUEST, default_rules
-from specnsys.report.palette import PHASE_COLORS, PHASE_ORDER
+from specnsys.render.palette import PHASE_COLORS, PHASE_ORDER
 from tests.conftest import REPO, SAMPLE_TRACES
 
 TRACE = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
@@ -100,7 +100,7 @@ def test_library_opens_and_every_analysis_module_imports_without_nvtx() -> None:
     assert result["ranges"] > 0 and result["mode"] == "spec"
     # the walk reached every layer, down to the figures
     for module in ("specnsys.ingest", "specnsys.attribution.lanes", "specnsys.metrics.comparison",
-                   "specnsys.report.html", "specnsys.cli.main", "specnsys.vocabulary"):
+                   "specnsys.render.html", "specnsys.cli.main", "specnsys.vocabulary"):
         assert module in result["imported"]  # fmt: skip
 
 

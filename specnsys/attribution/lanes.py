@@ -5,7 +5,7 @@ phase ranges on the driver thread, the CUDA API calls it makes, and the GPU work
 launched (coloured by the phase they were launched in, docs/design.md#attribution rule 1), side by
 side, so the asynchronous overlap and the idle gaps are visible. This module computes that
 data from the trace (DuckDB SQL over the model tables); the renderer in
-:mod:`specnsys.report.plots.timeline` only draws it.
+:mod:`specnsys.render.plots.timeline` only draws it.
 
 Window: by default the decode step of median duration on the driver thread (a typical step,
 not the first one, which pays warm-up), extended to the end of the last GPU op launched inside
@@ -85,7 +85,7 @@ class TimelineLanes:
         return self.window_end_ns - self.window_start_ns
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data (what :func:`specnsys.report.plots.timeline_data` takes)."""
+        """Plain JSON-able data (what :func:`specnsys.render.plots.timeline_data` takes)."""
         return {
             "pid": self.pid,
             "driver_tid": self.driver_tid,

@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from specnsys import api
     from specnsys.errors import UsageError
-    from specnsys.report.analyze_text import render_json
-    from specnsys.report.forecast_text import render_advice_text
+    from specnsys.render.analyze_text import render_json
+    from specnsys.render.forecast_text import render_advice_text
     from specnsys.results import to_dict
     from specnsys.runset.forecast import advise
 

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specnsys.report.analyze_text import render_analysis_text, render_json
+    from specnsys.render.analyze_text import render_analysis_text, render_json
 
     analysis = api.analyze(args.trace, rules=args.rules, pid=args.pid, tokens=args.tokens,
                            use_cache=not args.no_cache, window=args.window)  # fmt: skip

@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specnsys.report.analyze_text import render_comparisons_text, render_json
+    from specnsys.render.analyze_text import render_comparisons_text, render_json
 
     compared = api.compare(*args.traces, rules=args.rules, tokens=args.tokens,
                            same_output=args.same_output, use_cache=not args.no_cache,

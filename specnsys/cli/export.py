@@ -1,5 +1,5 @@
 """``specnsys export TRACE --format perfetto -o FILE``: the timeline as a Chrome trace-event
-JSON for Perfetto UI (:mod:`specnsys.report.perfetto`)."""
+JSON for Perfetto UI (:mod:`specnsys.render.perfetto`)."""
 
 from __future__ import annotations
 

@@ -91,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
     from specnsys import api
     from specnsys.forecasting.cells import DEFAULT_K_MAX
     from specnsys.forecasting.results import Forecast
-    from specnsys.report.analyze_text import render_json
-    from specnsys.report.forecast_text import render_forecast_text, render_formula_text
+    from specnsys.render.analyze_text import render_json
+    from specnsys.render.forecast_text import render_forecast_text, render_formula_text
     from specnsys.results import to_dict
     from specnsys.runset.forecast import forecast
 

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from specnsys.ingest import open_trace
-from specnsys.report.info_text import render_info_json, render_info_text
+from specnsys.render.info_text import render_info_json, render_info_text
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace

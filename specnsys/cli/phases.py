@@ -12,8 +12,8 @@ from specnsys.cli.common import (
     add_wide_argument,
     name_width,
 )
-from specnsys.report.analyze_text import straggler_line
-from specnsys.report.phases_text import (
+from specnsys.render.analyze_text import straggler_line
+from specnsys.render.phases_text import (
     PHASE_NAME_WIDTH,
     categories_dict,
     phases_dict,

@@ -90,7 +90,7 @@ def _forecast_figure(args: argparse.Namespace) -> api.Figure:
     """The forecast of the traces or dataset given (its own workload and configurations):
     predicted speedup against k per concurrency, measured points overlaid."""
     from specnsys.forecasting.results import Forecast
-    from specnsys.report import plots
+    from specnsys.render import plots
     from specnsys.results import to_dict
     from specnsys.runset.forecast import forecast
 
@@ -110,7 +110,7 @@ def _dataset_figure(args: argparse.Namespace) -> api.Figure | None:
     is traces (``sweep`` then draws them as before)."""
     from pathlib import Path
 
-    from specnsys.report import plots
+    from specnsys.render import plots
     from specnsys.runset.dataset import is_dataset
 
     dataset = len(args.traces) == 1 and is_dataset(Path(args.traces[0]))

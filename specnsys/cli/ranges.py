@@ -6,7 +6,7 @@ import argparse
 
 from specnsys import api
 from specnsys.cli.common import ROWS_LIMIT, add_wide_argument, name_width, rows_arg
-from specnsys.report.projection_text import (
+from specnsys.render.projection_text import (
     RANGE_NAME_WIDTH,
     render_frame_json,
     render_ranges_text,

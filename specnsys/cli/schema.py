@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from specnsys.ingest.reference import model_reference
-from specnsys.report.schema_text import (
+from specnsys.render.schema_text import (
     render_schema_json,
     render_schema_markdown,
     render_schema_text,

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specnsys.report.analyze_text import render_json, render_whatif_text
+    from specnsys.render.analyze_text import render_json, render_whatif_text
 
     what = api.whatif(
         *args.traces, alpha=args.alpha, k=args.k, c=args.c, p=args.p, k_max=args.k_max,

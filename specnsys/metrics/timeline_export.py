@@ -2,7 +2,7 @@
 
 :func:`timeline_export` gathers, for the analyzed process over its analysis window (the same
 process, driver thread and window as ``phases``), every row the trace-event renderer
-(:mod:`specnsys.report.perfetto`) turns into one event, so that the renderer only maps rows to
+(:mod:`specnsys.render.perfetto`) turns into one event, so that the renderer only maps rows to
 events and the event count is known before anything is rendered:
 
 * ``phases``: the exclusive phase timeline (:func:`~specnsys.attribution.timeline.

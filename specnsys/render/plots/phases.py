@@ -19,8 +19,8 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from specnsys.metrics.whatcut import WhatCut, accelerable_phases, what_to_cut
-from specnsys.report.palette import ordered_phases, phase_color, text_color_on
-from specnsys.report.plots.common import (
+from specnsys.render.palette import ordered_phases, phase_color, text_color_on
+from specnsys.render.plots.common import (
     fit_labels,
     legend_phases,
     new_figure,

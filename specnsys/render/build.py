@@ -73,7 +73,7 @@ def figure_data(kind: str, runs: Sequence[Run], *, same_output: bool = False) ->
       run; * sweep: each speculative run against the nearest baseline before it (two runs
       may come in either order).
     """
-    from specnsys.report import plots
+    from specnsys.render import plots
 
     if kind == "phases":
         return plots.phases_data([(r.label, r.data) for r in runs])
@@ -117,8 +117,8 @@ def render_report(
     display on."""
     from specnsys import __version__
     from specnsys.metrics.whatcut import what_to_cut
-    from specnsys.report import plots
-    from specnsys.report.html import ReportFigure, render_report_html
+    from specnsys.render import plots
+    from specnsys.render.html import ReportFigure, render_report_html
 
     advance("what to cut")
     docs = [r.data for r in runs]

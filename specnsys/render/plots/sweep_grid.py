@@ -18,7 +18,7 @@ from typing import Any
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
+from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
 __all__ = ["sweep_grid_data", "sweep_grid_figure"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from specnsys.report.palette import ordered_phases
-from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
+from specnsys.render.palette import ordered_phases
+from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
 __all__ = ["STEP_QUANTILES", "steps_data", "steps_figure"]
 

@@ -24,9 +24,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from specnsys.metrics.amdahl import amdahl_speedup
 from specnsys.metrics.whatcut import WhatCut, what_to_cut
-from specnsys.report.palette import phase_color
-from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
-from specnsys.report.plots.phases import accelerable_label, generic_headline, headline
+from specnsys.render.palette import phase_color
+from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
+from specnsys.render.plots.phases import accelerable_label, generic_headline, headline
 
 __all__ = ["amdahl_data", "amdahl_figure"]
 

@@ -14,8 +14,8 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from specnsys.report.palette import phase_color
-from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
+from specnsys.render.palette import phase_color
+from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
 __all__ = ["sweep_data", "sweep_figure"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from specnsys.report.palette import phase_color
-from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
+from specnsys.render.palette import phase_color
+from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
 __all__ = ["verify_cost_data", "verify_cost_figure"]
 

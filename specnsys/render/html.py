@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specnsys.metrics.tokens import source_words
-from specnsys.report.analyze_text import straggler_line, unlisted
-from specnsys.report.palette import phase_color
+from specnsys.render.analyze_text import straggler_line, unlisted
+from specnsys.render.palette import phase_color
 
 __all__ = ["ReportFigure", "inline_svg", "render_report_html"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from specnsys.report.plots.common import new_figure, not_available_panel, style, suptitle
+from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
 __all__ = ["forecast_data", "forecast_figure"]
 

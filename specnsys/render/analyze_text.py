@@ -15,7 +15,7 @@ from typing import Any
 
 from specnsys.metrics.structure import DRAFT_FORWARD_SOURCES
 from specnsys.metrics.tokens import source_words
-from specnsys.report.window_words import window_rule_words
+from specnsys.render.window_words import window_rule_words
 
 __all__ = [
     "render_analysis_text",

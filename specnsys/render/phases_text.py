@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from specnsys.attribution.timeline import WINDOW_SOURCES, PhaseBreakdown
-from specnsys.report.window_words import window_rule_words
+from specnsys.render.window_words import window_rule_words
 
 GPU_COLUMNS = ("gpu_wall_ns", "gpu_busy_ns", "kernels")
 API_COLUMNS = ("launches",)

@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from specnsys.errors import UsageError
-from specnsys.report.output import write_files
-from specnsys.report.palette import phase_color
+from specnsys.render.output import write_files
+from specnsys.render.palette import phase_color
 
 if TYPE_CHECKING:
     from matplotlib.typing import LegendLocType, RcKeyType
@@ -89,7 +89,7 @@ def new_figure(width: float, height: float) -> Figure:
 
 def save_figure(fig: Figure, path: str | Path, *, salt: str | None = None) -> Path:
     """Write *fig* as PNG or SVG, chosen by the suffix of *path*; return the path. The figure
-    is rendered whole before the file is replaced (see :mod:`specnsys.report.output`)."""
+    is rendered whole before the file is replaced (see :mod:`specnsys.render.output`)."""
     path = Path(path)
     write_files({path: figure_bytes(fig, path, salt=salt)})
     return path

@@ -34,16 +34,16 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from specnsys.errors import UsageError
-from specnsys.report.plots.acceptance import acceptance_data, acceptance_figure
-from specnsys.report.plots.amdahl import amdahl_data, amdahl_figure
-from specnsys.report.plots.common import FORMATS, figure_bytes, save_figure, svg_text
-from specnsys.report.plots.forecast import forecast_data, forecast_figure
-from specnsys.report.plots.phases import phases_data, phases_figure
-from specnsys.report.plots.steps import steps_data, steps_figure
-from specnsys.report.plots.sweep import sweep_data, sweep_figure
-from specnsys.report.plots.sweep_grid import sweep_grid_data, sweep_grid_figure
-from specnsys.report.plots.timeline import timeline_data, timeline_figure
-from specnsys.report.plots.verify_cost import verify_cost_data, verify_cost_figure
+from specnsys.render.plots.acceptance import acceptance_data, acceptance_figure
+from specnsys.render.plots.amdahl import amdahl_data, amdahl_figure
+from specnsys.render.plots.common import FORMATS, figure_bytes, save_figure, svg_text
+from specnsys.render.plots.forecast import forecast_data, forecast_figure
+from specnsys.render.plots.phases import phases_data, phases_figure
+from specnsys.render.plots.steps import steps_data, steps_figure
+from specnsys.render.plots.sweep import sweep_data, sweep_figure
+from specnsys.render.plots.sweep_grid import sweep_grid_data, sweep_grid_figure
+from specnsys.render.plots.timeline import timeline_data, timeline_figure
+from specnsys.render.plots.verify_cost import verify_cost_data, verify_cost_figure
 
 __all__ = [
     "DRAW",
