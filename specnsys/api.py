@@ -329,12 +329,16 @@ class Phases:
         return self.breakdown.frame
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``phases --json`` document (with ``all_processes``: :meth:`ranks_dict`)."""
-        from specnsys.render.phases_text import phases_dict
+        """The ``phases --json`` document (with ``all_processes``: :meth:`ranks_dict`; with
+        ``by="category"``: ``categories`` too)."""
+        from specnsys.render.phases_text import categories_dict, phases_dict
 
         if self.ranks is not None:
             return self.ranks_dict()
-        return phases_dict(self.breakdown, self.not_available)
+        doc = phases_dict(self.breakdown, self.not_available)
+        if self.categories is not None:
+            doc["categories"] = categories_dict(self.categories)
+        return doc
 
     def ranks_dict(self) -> dict[str, Any]:
         """``phases --all-processes --json``: :func:`specnsys.metrics.ranks.ranks_dict` with

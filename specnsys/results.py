@@ -30,6 +30,7 @@ from typing import Any, TypeVar, Union
 
 __all__ = [
     "NotAvailable",
+    "Result",
     "ResultLoadError",
     "from_dict",
     "load",
@@ -48,6 +49,17 @@ class NotAvailable:
 
     def __bool__(self) -> bool:
         return False
+
+
+class Result:
+    """The base of the typed results: ``to_dict()`` is what the command's ``--json`` prints,
+    as the older results' own ``to_dict`` methods are (tests/test_to_dict_is_json.py)."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """This result as its command's JSON document (:func:`to_dict`)."""
+        return to_dict(self)
 
 
 class ResultLoadError(ValueError):

@@ -15,8 +15,6 @@ from specnsys.cli.common import (
 from specnsys.render.analyze_text import straggler_line
 from specnsys.render.phases_text import (
     PHASE_NAME_WIDTH,
-    categories_dict,
-    phases_dict,
     render_categories_text,
     render_phases_text,
 )
@@ -58,10 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     categories = result.categories
     if args.json:
-        doc = phases_dict(result.breakdown, result.not_available)
-        if categories is not None:
-            doc["categories"] = categories_dict(categories)
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(result.to_dict(), indent=2))
     else:
         width = name_width(args, PHASE_NAME_WIDTH)
         print(render_phases_text(result.breakdown, result.not_available, name_width=width))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specnsys.results import NotAvailable, result_kind
+from specnsys.results import NotAvailable, Result, result_kind
 
 __all__ = [
     "AcceptanceProfile",
@@ -244,7 +244,7 @@ class HeldOut:
 
 @result_kind("forecast")
 @dataclass(frozen=True)
-class Forecast:
+class Forecast(Result):
     """``specnsys forecast``: the fitted model, the workload, one cell per (concurrency, k)."""
 
     model: CostModel
@@ -260,7 +260,7 @@ class Forecast:
 
 @result_kind("forecast-formula")
 @dataclass(frozen=True)
-class FormulaForecast:
+class FormulaForecast(Result):
     """``specnsys forecast`` without sources: Amdahl and Leviathan on given numbers."""
 
     p: float | NotAvailable
@@ -307,7 +307,7 @@ class AdviceStep:
 
 @result_kind("advice")
 @dataclass(frozen=True)
-class Advice:
+class Advice(Result):
     """``specnsys advise``: cut the non-accelerable items, then set k, then the draft size."""
 
     source: str
