@@ -45,6 +45,7 @@ from typing import BinaryIO
 
 from specnsys.control_log import CONTROL_ENV, control_beside, read_run, summarize_runs
 from specnsys.errors import SpecnsysError, UsageError
+from specnsys.held_signals import signals_held
 from specnsys.ingest.cache import sweep_stale, tmp_prefix
 from specnsys.ingest.nsys_rep import export_report_to, find_nsys
 from specnsys.small_files import write_files
@@ -208,11 +209,11 @@ def profile(
             kept = base if returncode == 0 or not _any_report(base) else _failed_name(base)
             sqlite, report, log = capture.publish(kept, keep_report)
         except BaseException:
-            with _signals_held():
+            with signals_held():
                 capture.abandon()
             raise
         finally:
-            with _signals_held():
+            with signals_held():
                 capture.close()
     if returncode != 0:
         raise CaptureError(
@@ -644,18 +645,6 @@ def _interrupts_on_termination() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP while a capture is cleaned up, so that a second Ctrl-C
-    cannot leave it half-ended; they are delivered (and raise) once the cleanup is done."""
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 #: Where Debian's ``nsight-systems`` package installs the host half of nsys (its importer among

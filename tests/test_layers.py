@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # top to bottom
 )
 BASE = (
     "specnsys.errors", "specnsys.vocabulary", "specnsys.small_files", "specnsys.testing",
-    "specnsys.results", "specnsys.control_log",
+    "specnsys.results", "specnsys.control_log", "specnsys.held_signals",
 )
 #: Modules that must stay importable without the analysis stack: base modules only.
 LEAVES = ("specnsys.annotate", "specnsys.inject")

@@ -27,8 +27,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ from typing import Any
 import polars as pl
 
 from specnsys.errors import BadInputError, OutputError
+from specnsys.held_signals import signals_held
 from specnsys.runset.labels import LABEL_NAME
 from specnsys.small_files import WriteError, write_files
 
@@ -203,7 +202,7 @@ class Dataset:
         """:meth:`_write_run`, a failure to write being the user's (exit 2, one line). A Ctrl-C
         or SIGTERM that arrives while the run is written takes effect once it is recorded: an
         analysed run is never lost to an interrupt between its partitions."""
-        with _writing(self.root), _signals_held():
+        with _writing(self.root), signals_held():
             self._write_run(run_id, record)
 
     def _write_run(self, run_id: str, record: RunRecord) -> None:
@@ -454,28 +453,6 @@ def _typed(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     )
 
 
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP for the block, then deliver them to the handlers that
-    were in place. Python-level (a signal mask would not do: the kernel delivers a process's
-    signal to any thread that does not block it, and collect has several); only the main
-    thread can set handlers, so elsewhere the block runs unprotected."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    arrived: list[int] = []
-    saved = {sig: signal.signal(sig, lambda signum, _frame: arrived.append(signum))
-             for sig in _HELD_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        for signum in arrived:
-            signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
