@@ -283,13 +283,17 @@ def test_bad_input_is_one_line_and_exit_2(
     assert not Path(out).exists()
 
 
+#: Two slices of one track that partially overlap: what neither check may let through.
+CROSSING = {"traceEvents": [
+    {"ph": "B", "name": "a", "pid": 1, "tid": 1, "ts": 0},
+    {"ph": "B", "name": "b", "pid": 1, "tid": 1, "ts": 5},
+    {"ph": "E", "name": "a", "pid": 1, "tid": 1, "ts": 10},
+    {"ph": "E", "name": "b", "pid": 1, "tid": 1, "ts": 15},
+]}  # fmt: skip
+
+
 def test_the_nesting_check_can_fail() -> None:
-    crossing = {"traceEvents": [
-        {"ph": "B", "name": "a", "pid": 1, "tid": 1, "ts": 0},
-        {"ph": "B", "name": "b", "pid": 1, "tid": 1, "ts": 5},
-        {"ph": "E", "name": "a", "pid": 1, "tid": 1, "ts": 10},
-        {"ph": "E", "name": "b", "pid": 1, "tid": 1, "ts": 15},
-    ]}  # fmt: skip
+    crossing = CROSSING
     with pytest.raises(AssertionError):
         _tracks(crossing)
     with pytest.raises(AssertionError):  # an end that goes back in time
@@ -420,12 +424,7 @@ def test_exports_load_in_speedscope_without_a_warning(viewer: Any, gpu_trace: Pa
 def test_speedscope_warns_about_slices_that_cross(viewer: Any) -> None:
     """The check above has teeth: two slices that partially overlap on one track are warned
     about on the console."""
-    crossing = {"traceEvents": [
-        {"ph": "B", "name": "a", "pid": 1, "tid": 1, "ts": 0},
-        {"ph": "B", "name": "b", "pid": 1, "tid": 1, "ts": 5},
-        {"ph": "E", "name": "a", "pid": 1, "tid": 1, "ts": 10},
-        {"ph": "E", "name": "b", "pid": 1, "tid": 1, "ts": 15},
-    ]}  # fmt: skip
+    crossing = CROSSING
     seen = _open_in_speedscope(viewer, "crossing.json", json.dumps(crossing).encode())
     assert seen["title"] == "crossing.json - speedscope"
     assert any("Tried to end" in p for p in seen["problems"]), seen
