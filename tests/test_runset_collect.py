@@ -385,3 +385,21 @@ def test_a_dataset_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path) -> 
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr.startswith("specnsys: error: ") and done.stderr.count("\n") == 1
     assert "cannot write the dataset" in done.stderr and list(locked.iterdir()) == []
+
+
+def test_the_largest_traces_go_to_the_workers_first(tmp_path: Path) -> None:
+    """Issue 35 item 3: a pool fed the largest traces first does not end on one big trace
+    while the other workers idle. One worker analyses in the order it is fed: largest first,
+    whatever the names say (ties keep the name order)."""
+    folder = tmp_path / "t"
+    folder.mkdir()
+    sizes = {}
+    for name, sample in (("a", "baseline_chat_c4"), ("b", "spec_chat_c4_k6"),
+                         ("c", "baseline_chat_c1")):  # fmt: skip
+        target = folder / f"{name}.sqlite"
+        shutil.copyfile(SAMPLES / f"{sample}.sqlite", target)
+        sizes[str(target.resolve())] = target.stat().st_size
+    order: list[str] = []
+    collect([folder], tmp_path / "ds", workers=1, progress=order.append)
+    assert order == sorted(sizes, key=lambda t: -sizes[t])
+    assert [Path(t).stem for t in order] == ["c", "a", "b"]

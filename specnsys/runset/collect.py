@@ -245,6 +245,7 @@ def collect(
     if window is not None:  # absent for the default: datasets collected before keep matching
         settings["window"] = window
     jobs: list[Job] = []
+    sizes: dict[str, int] = {}
     for trace in traces:
         labels = labeler.labels(trace)
         run_settings = {**settings, "labels": labels}
@@ -258,6 +259,11 @@ def collect(
             result.unchanged.append(str(trace))
             continue
         jobs.append((str(trace), {**run_settings, "use_cache": use_cache}, labels))
+        sizes[str(trace)] = int(identity[0])
+    # Largest first (the longest-processing-time rule): a pool that gets the big traces last
+    # ends on one of them while the other workers idle. The sort is stable: ties keep the
+    # order the traces were found in.
+    jobs.sort(key=lambda job: -sizes[job[0]])
     n = workers or min(len(jobs), os.cpu_count() or 1) or 1
     outcomes = _run_dask(jobs, dask, n) if dask else _run_pool(jobs, n) if jobs else iter(())
     try:
