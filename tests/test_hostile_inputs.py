@@ -33,6 +33,7 @@ SINGLE_TRACE_COMMANDS = {
     "analyze": ["--json"],
     "kernels": [],
     "ranges": [],
+    "export": ["--format", "perfetto", "-o", "-"],
 }
 
 

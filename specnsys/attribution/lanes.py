@@ -204,6 +204,82 @@ def _lanes(
 ) -> TimelineLanes:
     pid, gtid = breakdown.pid, breakdown.driver_global_tid
     assert pid is not None and gtid is not None
+    ws, we, label, n_steps = _lane_window(
+        trace, mapping, breakdown, ops_of, step, start_ns, end_ns, window_ms
+    )
+    caps = trace.summary.capabilities
+    not_available: dict[str, str] = {}
+    if not caps["cuda_api"].available:
+        not_available["api"] = caps["cuda_api"].reason
+        api_raw = pl.DataFrame(schema={"name": pl.String, "start": pl.Int64, "end": pl.Int64})
+    else:
+        api_raw = _api_calls(trace, gtid, ws, we)
+    ranges = _ranges_with_levels(trace, mapping, gtid, api_raw, ws, we)
+    cpu = (
+        ranges.filter((pl.col("s") < we) & (pl.col("e") > ws))
+        .select(
+            "phase",
+            (pl.max_horizontal("s", pl.lit(ws)) - ws).cast(pl.Int64).alias("start_ns"),
+            (pl.min_horizontal("e", pl.lit(we)) - ws).cast(pl.Int64).alias("end_ns"),
+            "level",
+        )
+        .sort("start_ns", "level")
+    )
+    segments, api = _segments_and_api(trace, ranges, api_raw, ws, we)
+    cpu_exclusive = {
+        str(r["phase"]): int(r["ns"])
+        for r in segments.group_by("phase")
+        .agg((pl.col("e") - pl.col("s")).sum().alias("ns"))
+        .sort("ns", "phase", descending=[True, False])
+        .iter_rows(named=True)
+    }
+    if not caps["gpu_activity"].available:
+        not_available["gpu"] = caps["gpu_activity"].reason
+        return TimelineLanes(
+            pid, _tid(trace, gtid), ws, we, label, n_steps, cpu, api,
+            pl.DataFrame(schema=_GPU_SCHEMA), pl.DataFrame(schema=_GAP_SCHEMA), cpu_exclusive,
+            None, {}, not_available,
+        )  # fmt: skip
+    gpu = ops_of(window=(ws, we)).select(
+        pl.format("GPU {} · stream {}", "device_id", "stream_id").alias("lane"),
+        pl.col("op_kind").cast(pl.String),
+        pl.col("name").cast(pl.String),
+        pl.col("phase").cast(pl.String),
+        (pl.max_horizontal("start", pl.lit(ws)) - ws).cast(pl.Int64).alias("start_ns"),
+        (pl.min_horizontal("end", pl.lit(we)) - ws).cast(pl.Int64).alias("end_ns"),
+    )
+    gpu = gpu.sort("lane", "start_ns", "end_ns")
+    busy, gaps = _gpu_busy_and_gaps(trace, gpu, segments, we - ws)
+    return TimelineLanes(
+        pid, _tid(trace, gtid), ws, we, label, n_steps, cpu, api, gpu, gaps, cpu_exclusive,
+        busy, _busy_by_phase(gpu), not_available,
+    )  # fmt: skip
+
+
+_API_SCHEMA = {"name": pl.String, "phase": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
+_GPU_SCHEMA = {
+    "lane": pl.String,
+    "op_kind": pl.String,
+    "name": pl.String,
+    "phase": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+_GAP_SCHEMA = {"start_ns": pl.Int64, "end_ns": pl.Int64, "cpu_phase": pl.String}
+
+
+def _lane_window(
+    trace: Trace,
+    mapping: PhaseRules,
+    breakdown: PhaseBreakdown,
+    ops_of: Callable[..., pl.DataFrame],
+    step: int | None,
+    start_ns: int | None,
+    end_ns: int | None,
+    window_ms: tuple[float, float] | None,
+) -> tuple[int, int, str, int]:
+    """(start, end, label, steps in it) of the lanes: milliseconds of the analysis window,
+    given ns bounds, or one decode step (:func:`_choose_window`)."""
     if window_ms is not None:
         a, b = window_ms
         start_ns = breakdown.window_start_ns + round(a * 1e6)
@@ -213,33 +289,37 @@ def _lanes(
         we = breakdown.window_end_ns if end_ns is None else int(end_ns)
         if we <= ws:
             raise UsageError(f"empty timeline window: {ws} to {we} ns")
-        label, n_steps = f"{(we - ws) / 1e6:.3f} ms window", 0
-    else:
-        walls = dict(zip(breakdown.frame["phase"], breakdown.frame["wall_ns"], strict=True))
-        ws, we, label, n_steps = _choose_window(
-            trace, mapping, gtid, breakdown.window_start_ns, breakdown.window_end_ns, step,
-            ops_of, step_phase(breakdown.range_counts, walls),
-        )  # fmt: skip
-    con = trace.connection
-    caps = trace.summary.capabilities
-    not_available: dict[str, str] = {}
-    api_schema = {"name": pl.String, "phase": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
-    api_raw = pl.DataFrame(schema={"name": pl.String, "start": pl.Int64, "end": pl.Int64})
-    if not caps["cuda_api"].available:
-        not_available["api"] = caps["cuda_api"].reason
-    else:
-        api_raw = con.sql(
-            f"""SELECT name, start, "end" FROM runtime
-               WHERE global_tid = $gtid AND start < $we AND "end" > $ws
-                 AND {API_CALL_SQL}
-               ORDER BY start, "end" """,
-            params={"gtid": gtid, "ws": ws, "we": we},
-        ).pl()
-    # Ranges are read from the earliest API call on (a call may start before the window), so
-    # every call finds the phase it started in; levels come from one sorted sweep (ranges of
-    # one thread nest: the running count of open ranges at a start is its level + 1).
+        return ws, we, f"{(we - ws) / 1e6:.3f} ms window", 0
+    gtid = breakdown.driver_global_tid
+    assert gtid is not None
+    walls = dict(zip(breakdown.frame["phase"], breakdown.frame["wall_ns"], strict=True))
+    return _choose_window(
+        trace, mapping, gtid, breakdown.window_start_ns, breakdown.window_end_ns, step,
+        ops_of, step_phase(breakdown.range_counts, walls),
+    )  # fmt: skip
+
+
+def _api_calls(trace: Trace, gtid: int, ws: int, we: int) -> pl.DataFrame:
+    """The driver thread's CUDA API calls overlapping ``[ws, we)``, by start."""
+    calls: pl.DataFrame = trace.connection.sql(
+        f"""SELECT name, start, "end" FROM runtime
+           WHERE global_tid = $gtid AND start < $we AND "end" > $ws
+             AND {API_CALL_SQL}
+           ORDER BY start, "end" """,
+        params={"gtid": gtid, "ws": ws, "we": we},
+    ).pl()
+    return calls
+
+
+def _ranges_with_levels(
+    trace: Trace, mapping: PhaseRules, gtid: int, api_raw: pl.DataFrame, ws: int, we: int
+) -> pl.DataFrame:
+    """The driver thread's phase ranges (``phase, s, e, level``) from the earliest API call
+    on (a call may start before the window), so every call finds the phase it started in;
+    levels come from one sorted sweep (ranges of one thread nest: the running count of open
+    ranges at a start is its level + 1)."""
     lo = min([ws, *api_raw["start"].to_list()[:1]])
-    ranges = con.sql(
+    ranges: pl.DataFrame = trace.connection.sql(
         f"""WITH r AS (
                 SELECT id, s, coalesce(e, $open) AS e, phase FROM ({phase_ranges_sql(mapping)})
                 WHERE gtid = $gtid AND s < $we AND coalesce(e, $open) > $lo
@@ -258,24 +338,21 @@ def _lanes(
             FROM r JOIN lv ON lv.id = r.id AND lv.is_start = 1""",
         params={"gtid": gtid, "we": we, "lo": lo, "open": _OPEN_END},
     ).pl()
-    cpu = (
-        ranges.filter((pl.col("s") < we) & (pl.col("e") > ws))
-        .select(
-            "phase",
-            (pl.max_horizontal("s", pl.lit(ws)) - ws).cast(pl.Int64).alias("start_ns"),
-            (pl.min_horizontal("e", pl.lit(we)) - ws).cast(pl.Int64).alias("end_ns"),
-            "level",
-        )
-        .sort("start_ns", "level")
-    )
+    return ranges
 
+
+def _segments_and_api(
+    trace: Trace, ranges: pl.DataFrame, api_raw: pl.DataFrame, ws: int, we: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(segments, api): the elementary segments between range boundaries, each owned by the
+    innermost range covering it (the deepest level; uncovered time is unannotated), and the
+    API calls with the phase each started in, both relative to *ws*."""
+    con = trace.connection
     ranges_name = f"_specnsys_lanes_ranges_{uuid.uuid4().hex}"
     api_name = f"_specnsys_lanes_api_{uuid.uuid4().hex}"
     con.register(ranges_name, ranges.to_arrow())
     con.register(api_name, api_raw.to_arrow())
     try:
-        # Elementary segments between range boundaries, each owned by the innermost range
-        # covering it (the deepest level); uncovered time is unannotated.
         segments = con.sql(
             f"""WITH b AS (
                     SELECT greatest(s, $ws) AS t FROM {ranges_name} WHERE s < $we AND e > $ws
@@ -309,48 +386,21 @@ def _lanes(
     finally:
         con.unregister(ranges_name)
         con.unregister(api_name)
-    if api.height == 0:
-        api = pl.DataFrame(schema=api_schema)
-    cpu_exclusive = {
-        str(r["phase"]): int(r["ns"])
-        for r in segments.group_by("phase")
-        .agg((pl.col("e") - pl.col("s")).sum().alias("ns"))
-        .sort("ns", "phase", descending=[True, False])
-        .iter_rows(named=True)
-    }
+    return segments, (pl.DataFrame(schema=_API_SCHEMA) if api.height == 0 else api)
 
-    gpu_schema = {
-        "lane": pl.String,
-        "op_kind": pl.String,
-        "name": pl.String,
-        "phase": pl.String,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-    }
-    gap_schema = {"start_ns": pl.Int64, "end_ns": pl.Int64, "cpu_phase": pl.String}
-    if not caps["gpu_activity"].available:
-        not_available["gpu"] = caps["gpu_activity"].reason
-        return TimelineLanes(
-            pid, _tid(trace, gtid), ws, we, label, n_steps, cpu, api,
-            pl.DataFrame(schema=gpu_schema), pl.DataFrame(schema=gap_schema), cpu_exclusive,
-            None, {}, not_available,
-        )  # fmt: skip
 
-    gpu = ops_of(window=(ws, we)).select(
-        pl.format("GPU {} · stream {}", "device_id", "stream_id").alias("lane"),
-        pl.col("op_kind").cast(pl.String),
-        pl.col("name").cast(pl.String),
-        pl.col("phase").cast(pl.String),
-        (pl.max_horizontal("start", pl.lit(ws)) - ws).cast(pl.Int64).alias("start_ns"),
-        (pl.min_horizontal("end", pl.lit(we)) - ws).cast(pl.Int64).alias("end_ns"),
-    )
-    gpu = gpu.sort("lane", "start_ns", "end_ns")
+def _gpu_busy_and_gaps(
+    trace: Trace, gpu: pl.DataFrame, segments: pl.DataFrame, length: int
+) -> tuple[int, pl.DataFrame]:
+    """(busy ns, gaps): the union of the GPU work in the lanes' window of *length* ns
+    (gaps-and-islands over a running max of end), and its complement, each gap with the CPU
+    phase that overlaps it most."""
+    con = trace.connection
     gpu_name = f"_specnsys_lanes_gpu_{uuid.uuid4().hex}"
     seg_name = f"_specnsys_lanes_seg_{uuid.uuid4().hex}"
     con.register(gpu_name, gpu.to_arrow())
     con.register(seg_name, segments.to_arrow())
     try:
-        # Union of GPU work (gaps-and-islands over a running max of end), then its complement.
         islands = f"""
             WITH o AS (
                 SELECT start_ns AS s, end_ns AS e, max(end_ns) OVER (ORDER BY start_ns, end_ns
@@ -384,16 +434,12 @@ def _lanes(
                        first(owner.phase ORDER BY owner.overlap DESC, owner.phase) AS cpu_phase
                 FROM gap LEFT JOIN owner USING (start_ns, end_ns)
                 GROUP BY ALL ORDER BY start_ns""",
-            params={"len": we - ws},
+            params={"len": length},
         ).pl()
     finally:
         con.unregister(gpu_name)
         con.unregister(seg_name)
-    by_phase = _busy_by_phase(gpu)
-    return TimelineLanes(
-        pid, _tid(trace, gtid), ws, we, label, n_steps, cpu, api, gpu, gaps, cpu_exclusive,
-        int(busy), by_phase, not_available,
-    )  # fmt: skip
+    return int(busy), gaps
 
 
 def _busy_by_phase(gpu: pl.DataFrame) -> dict[str, int]:
