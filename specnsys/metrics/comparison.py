@@ -214,29 +214,9 @@ def compare_runs(baseline: Analysis, spec: Analysis, *, same_output: bool = Fals
     warnings: list[str] = []
     assumptions: list[str] = []
     p = b.p
-    r = predicted = measured = gap = None
     spec_per_token = s.per_token_ns
     basis = _speedup_basis(b, s, same_output, assumptions)
-    if basis is None:
-        which = [a.path or "?" for a in (b, s) if not a.tokens]
-        why = (
-            f"output tokens are not available for {', '.join(which)} (see its not_available); "
-            "give them with --tokens, or state --same-output when both runs produced the same "
-            "output"
-        )
-        for key in ("r", "predicted_speedup", "measured_speedup", "gap"):
-            na[key] = why
-    else:
-        # per output token, or whole runs when the outputs are the same (T_b = T_s cancels)
-        tb, ts = (b.tokens or 0, s.tokens or 0) if basis == "per_token" else (1, 1)
-        measured = (b.window_ns / tb) / (s.window_ns / ts)
-        if s.accelerable_ns <= 0 or b.accelerable_ns <= 0:
-            for key in ("r", "predicted_speedup", "gap"):
-                na[key] = "a run has no accelerable time, so r is undefined"
-        else:
-            r = (b.accelerable_ns / tb) / (s.accelerable_ns / ts)
-            predicted = amdahl.amdahl_speedup(p, r) if p is not None else None
-            gap = None if predicted is None else measured / predicted - 1.0
+    r, predicted, measured, gap = _speedups(b, s, basis, na)
     if b.tokens and s.tokens and b.tokens != s.tokens:
         warnings.append(
             f"the runs emitted different token counts ({b.tokens} vs {s.tokens}); "
@@ -257,21 +237,7 @@ def compare_runs(baseline: Analysis, spec: Analysis, *, same_output: bool = Fals
         key=lambda name: -abs(phases[name]["gap_contribution"]),
     )
 
-    forward = b.per_range_ns.get("forward_ns")
-    verify = s.per_range_ns.get("verify_ns")
-    draft = s.per_range_ns.get("draft_forward_ns")
-    c = draft / forward if draft is not None and forward else None
-    if c is None:
-        na["draft_cost_ratio"] = "needs baseline forward ranges and spec draft ranges with k"
-    ratio = verify / forward if verify is not None and forward else None
-    if ratio is None:
-        na["verify_to_forward_ratio"] = "needs baseline forward and spec verify ranges"
-    leviathan = None
-    if s.acceptance is not None and c is not None and s.k is not None:
-        leviathan = amdahl.whatif(float(s.acceptance["alpha"]), s.k, c, p)
-    else:
-        na["leviathan"] = "needs alpha and k (spec marks) and c (draft vs baseline forward)"
-
+    c, ratio, leviathan = _step_costs(b, s, na)
     memory = _memory(b, s, na)
     return Comparison(
         baseline=b,
@@ -292,6 +258,55 @@ def compare_runs(baseline: Analysis, spec: Analysis, *, same_output: bool = Fals
         speedup_basis=basis,
         assumptions=assumptions,
     )
+
+
+def _speedups(
+    b: Analysis, s: Analysis, basis: str | None, na: dict[str, str]
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(r, predicted, measured, gap) of the pair on *basis* (per output token, or whole runs
+    when the outputs are the same: T_b = T_s cancels); what is missing goes into *na*."""
+    if basis is None:
+        which = [a.path or "?" for a in (b, s) if not a.tokens]
+        why = (
+            f"output tokens are not available for {', '.join(which)} (see its not_available); "
+            "give them with --tokens, or state --same-output when both runs produced the same "
+            "output"
+        )
+        for key in ("r", "predicted_speedup", "measured_speedup", "gap"):
+            na[key] = why
+        return None, None, None, None
+    tb, ts = (b.tokens or 0, s.tokens or 0) if basis == "per_token" else (1, 1)
+    measured = (b.window_ns / tb) / (s.window_ns / ts)
+    if s.accelerable_ns <= 0 or b.accelerable_ns <= 0:
+        for key in ("r", "predicted_speedup", "gap"):
+            na[key] = "a run has no accelerable time, so r is undefined"
+        return None, None, measured, None
+    r = (b.accelerable_ns / tb) / (s.accelerable_ns / ts)
+    predicted = amdahl.amdahl_speedup(b.p, r) if b.p is not None else None
+    gap = None if predicted is None else measured / predicted - 1.0
+    return r, predicted, measured, gap
+
+
+def _step_costs(
+    b: Analysis, s: Analysis, na: dict[str, str]
+) -> tuple[float | None, float | None, dict[str, Any] | None]:
+    """(c, verify/forward ratio, Leviathan's what-if): one draft forward and one verify over
+    one baseline forward; what is missing goes into *na*."""
+    forward = b.per_range_ns.get("forward_ns")
+    verify = s.per_range_ns.get("verify_ns")
+    draft = s.per_range_ns.get("draft_forward_ns")
+    c = draft / forward if draft is not None and forward else None
+    if c is None:
+        na["draft_cost_ratio"] = "needs baseline forward ranges and spec draft ranges with k"
+    ratio = verify / forward if verify is not None and forward else None
+    if ratio is None:
+        na["verify_to_forward_ratio"] = "needs baseline forward and spec verify ranges"
+    leviathan = None
+    if s.acceptance is not None and c is not None and s.k is not None:
+        leviathan = amdahl.whatif(float(s.acceptance["alpha"]), s.k, c, b.p)
+    else:
+        na["leviathan"] = "needs alpha and k (spec marks) and c (draft vs baseline forward)"
+    return c, ratio, leviathan
 
 
 def _speedup_basis(
