@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from specnsys.metrics.amdahl import amdahl_speedup
-from specnsys.metrics.whatcut import WhatCut, what_to_cut
+from specnsys.metrics.whatcut import CutCandidate, WhatCut, what_to_cut
 from specnsys.render.palette import phase_color
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 from specnsys.render.plots.phases import accelerable_label, generic_headline, headline
@@ -74,50 +74,16 @@ def amdahl_data(
         lo /= 2
     hi = max(32.0, 2.0 * r) if r else 32.0
     grid = _grid(lo, hi)
-
-    def curve(label: str, share: float, cut_share: float, phase: str | None) -> dict[str, Any]:
-        # Speedup over the baseline when a phase of window share cut_share is gone and the
-        # accelerable part gets r times faster: 1 / ((1 - p - s) + p / r), which is Amdahl's
-        # law for p' = p / (1 - s), scaled by the 1 / (1 - s) the cut alone gives.
-        rest = 1.0 - cut_share
-        ceiling = None if share >= 1.0 else 1.0 / (rest * (1.0 - share))
-        return {
-            "label": label,
-            "p": share,
-            "ceiling": ceiling,
-            "phase": phase,
-            "r": grid,
-            "speedup": [amdahl_speedup(share, x) / rest for x in grid],
-        }
-
     name = accelerable_label(analysis)
     ceiling = None if p >= 1.0 else 1.0 / (1.0 - p)
     ceiling_text = f"{ceiling:.1f}x" if ceiling else "none"
-    curves = [curve(f"measured: {name} p = {p:.2f}, ceiling {ceiling_text}", p, 0.0, None)]
+    curves = [_curve(grid, f"measured: {name} p = {p:.2f}, ceiling {ceiling_text}", p, 0.0, None)]
     picked = [c for c in cut.candidates if c.phase not in _CATCH_ALL][:max_cuts]
     sampler = next((c for c in cut.candidates if c.phase == "sample"), None)
     if sampler is not None and sampler not in picked:
         picked.append(sampler)  # the issue's running example: "if sampling went to zero"
-    for c in picked:
-        # The curve's asymptote is its ceiling over the baseline, 1 / (1 - p - s); the
-        # ranking's 1 / (1 - p') is over the run with the phase already cut, another frame,
-        # so the legend gives p' and the baseline-frame ceiling only.
-        combined, p_after = c.combined_ceiling or math.inf, c.p_after or 0.0  # set: not generic
-        both = f"{combined:.1f}x {_FRAME}" if math.isfinite(combined) else "no limit"
-        curves.append(
-            curve(f"without {c.phase} ({c.share:.0%} of time): p' = {p_after:.2f}, "
-                  f"levels off at {both}", p_after, c.share, c.phase)
-        )  # fmt: skip
-
-    points = []
-    if comparison is not None and r is not None:
-        for key, what in (("measured_speedup", "measured"), ("predicted_speedup", "predicted")):
-            value = comparison.get(key)
-            if value is not None:
-                points.append(
-                    {"kind": what, "r": r, "speedup": float(value),
-                     "label": f"{what}: {float(value):.2f}x {_FRAME} at r = {r:.2f}"}
-                )  # fmt: skip
+    curves += [_cut_curve(grid, c) for c in picked]
+    points = _operating_points(comparison, r)
     if comparison is not None and len(points) == 2:
         m, pr = points[0]["speedup"], points[1]["speedup"]
         title = (
@@ -146,6 +112,52 @@ def amdahl_data(
         "note": note,
         "not_available": None,
     }
+
+
+def _curve(
+    grid: list[float], label: str, share: float, cut_share: float, phase: str | None
+) -> dict[str, Any]:
+    """One curve over *grid*: the speedup over the baseline when a phase of window share
+    *cut_share* is gone and the accelerable part gets r times faster: 1 / ((1 - p - s) + p /
+    r), which is Amdahl's law for p' = p / (1 - s), scaled by the 1 / (1 - s) the cut alone
+    gives."""
+    rest = 1.0 - cut_share
+    ceiling = None if share >= 1.0 else 1.0 / (rest * (1.0 - share))
+    return {
+        "label": label,
+        "p": share,
+        "ceiling": ceiling,
+        "phase": phase,
+        "r": grid,
+        "speedup": [amdahl_speedup(share, x) / rest for x in grid],
+    }
+
+
+def _cut_curve(grid: list[float], c: CutCandidate) -> dict[str, Any]:
+    """The curve with the candidate *c* cut to zero. Its asymptote is its ceiling over the baseline, 1 / (1 - p - s); the
+    ranking's 1 / (1 - p') is over the run with the phase already cut, another frame, so the
+    legend gives p' and the baseline-frame ceiling only."""
+    combined, p_after = c.combined_ceiling or math.inf, c.p_after or 0.0  # set: not generic
+    both = f"{combined:.1f}x {_FRAME}" if math.isfinite(combined) else "no limit"
+    return _curve(grid, f"without {c.phase} ({c.share:.0%} of time): p' = {p_after:.2f}, "
+                  f"levels off at {both}", p_after, c.share, c.phase)  # fmt: skip
+
+
+def _operating_points(
+    comparison: Mapping[str, Any] | None, r: float | None
+) -> list[dict[str, Any]]:
+    """The measured and predicted speedups of the pair at its r (none without a pair)."""
+    points: list[dict[str, Any]] = []
+    if comparison is None or r is None:
+        return points
+    for key, what in (("measured_speedup", "measured"), ("predicted_speedup", "predicted")):
+        value = comparison.get(key)
+        if value is not None:
+            points.append(
+                {"kind": what, "r": r, "speedup": float(value),
+                 "label": f"{what}: {float(value):.2f}x {_FRAME} at r = {r:.2f}"}
+            )  # fmt: skip
+    return points
 
 
 def _generic_data(cut: WhatCut, count: int) -> dict[str, Any]:
