@@ -93,23 +93,7 @@ def timeline_data(lanes: Mapping[str, Any]) -> dict[str, Any]:
             }
         )  # fmt: skip
     window_ms = window / 1e6
-    cpu_ex = lanes.get("cpu_exclusive_ns") or {}
-    busy = lanes.get("gpu_busy_ns")
-    if busy is not None and "gpu" not in na:
-        title = f"GPU busy {busy / window:.0%} of the {window_ms:.2f} ms window" if window else ""
-        if gaps:
-            longest = max(gaps, key=lambda g: g["width_ms"])
-            during = f", during {longest['cpu_phase']}" if longest["cpu_phase"] else ""
-            title += f"; longest idle gap {longest['width_ms']:.2f} ms{during}"
-    else:
-        top = sorted(
-            ((p, ns) for p, ns in cpu_ex.items() if p != "unannotated" and ns > 0),
-            key=lambda t: -t[1],
-        )[:2]
-        parts = ", ".join(f"{p} {ns / window:.0%}" for p, ns in top) if window else ""
-        title = (
-            f"{parts} of the {window_ms:.2f} ms window on the driver thread; no GPU work captured"
-        )
+    title = _title(lanes, gaps, "gpu" not in na)
     lane_names = {"api": "CUDA API lane", "gpu": "GPU lanes"}
     notes = [f"no {lane_names.get(k, k)}: {why}" for k, why in sorted(na.items())]
     min_width_ms = window_ms * _MIN_SHARE
@@ -141,6 +125,28 @@ def timeline_data(lanes: Mapping[str, Any]) -> dict[str, Any]:
         "min_width_ms": min_width_ms,
         "not_available": None if any(row["bars"] for row in rows) else _EMPTY,
     }
+
+
+def _title(lanes: Mapping[str, Any], gaps: list[dict[str, Any]], gpu: bool) -> str:
+    """The finding: how busy the GPU was and its longest idle gap, or, without GPU work, the
+    two largest phases of the driver thread."""
+    window = int(lanes["window_ns"])
+    window_ms = window / 1e6
+    busy = lanes.get("gpu_busy_ns")
+    if busy is not None and gpu:
+        title = f"GPU busy {busy / window:.0%} of the {window_ms:.2f} ms window" if window else ""
+        if gaps:
+            longest = max(gaps, key=lambda g: g["width_ms"])
+            during = f", during {longest['cpu_phase']}" if longest["cpu_phase"] else ""
+            title += f"; longest idle gap {longest['width_ms']:.2f} ms{during}"
+        return title
+    cpu_ex = lanes.get("cpu_exclusive_ns") or {}
+    top = sorted(
+        ((p, ns) for p, ns in cpu_ex.items() if p != "unannotated" and ns > 0),
+        key=lambda t: -t[1],
+    )[:2]
+    parts = ", ".join(f"{p} {ns / window:.0%}" for p, ns in top) if window else ""
+    return f"{parts} of the {window_ms:.2f} ms window on the driver thread; no GPU work captured"
 
 
 _EMPTY = "nothing ran in the window: no phase range, CUDA API call or GPU work"
