@@ -674,10 +674,20 @@ def _comparison_detail(c: dict[str, Any]) -> list[str]:
     lines.append(
         f"output tokens: baseline {_tokens(c, 'baseline')}, speculative {_tokens(c, 'spec')}"
     )
-    lines += [
-        "",
-        f"{'phase':<16}{'base ms/tok':>12}{'spec ms/tok':>12}{'delta':>10}{'gap share':>11}",
-    ]
+    lines += ["", *_comparison_phase_rows(c)]
+    extra = _comparison_costs(c)
+    if extra:
+        lines += ["", *extra]
+    lines += _not_available(c["not_available"])
+    if c["warnings"]:
+        lines += ["", *_warnings(c["warnings"])]
+    return lines
+
+
+def _comparison_phase_rows(c: dict[str, Any]) -> list[str]:
+    """The per-phase table of a comparison: ms per token on each side, the delta and the
+    share of the gap each phase explains, non-accelerable phases first."""
+    lines = [f"{'phase':<16}{'base ms/tok':>12}{'spec ms/tok':>12}{'delta':>10}{'gap share':>11}"]
     rows = sorted(
         c["phases"].items(),
         key=lambda kv: (kv[1]["accelerable"], -abs(kv[1]["delta_ns_per_token"] or 0.0)),
@@ -693,6 +703,12 @@ def _comparison_detail(c: dict[str, Any]) -> list[str]:
     lines.append(
         "* accelerable; gap share: the part of the gap each phase explains (they sum to it)"
     )
+    return lines
+
+
+def _comparison_costs(c: dict[str, Any]) -> list[str]:
+    """c, verify over a baseline forward (with the 1.3 warning), Leviathan's what-if and the
+    verify memory peak, where the comparison has them."""
     extra = []
     if c["draft_cost_ratio"] is not None:
         extra.append(f"draft cost ratio c = {c['draft_cost_ratio']:.3f} (vs a baseline forward)")
@@ -715,12 +731,7 @@ def _comparison_detail(c: dict[str, Any]) -> list[str]:
             f"peak device memory: verify {mem['verify_peak_bytes'] / 2**20:,.1f} MiB vs baseline "
             f"{mem['baseline_phase']} {mem['baseline_peak_bytes'] / 2**20:,.1f} MiB"
         )
-    if extra:
-        lines += ["", *extra]
-    lines += _not_available(c["not_available"])
-    if c["warnings"]:
-        lines += ["", *_warnings(c["warnings"])]
-    return lines
+    return extra
 
 
 def _tokens(c: dict[str, Any], run: str) -> str:
