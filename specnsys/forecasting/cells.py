@@ -327,15 +327,7 @@ def _cell(
     c: float | NotAvailable = (
         draft_fwd / forward if draft_fwd is not None and forward else _na("needs the draft and forward terms")
     )  # fmt: skip
-    draft_total = spec.phases.get("draft", 0.0)
-    break_even: float | NotAvailable = _na("no draft time predicted")
-    if draft_total > 0 and isinstance(c, float):
-        scale = (wb / tb * ts - (ws - draft_total)) / draft_total
-        break_even = (
-            c * scale if scale > 0 else
-            _na(f"even a free draft does not pay at k = {spec.k}: verify and the rest of the "
-                "step cost more than the baseline")
-        )  # fmt: skip
+    break_even = _break_even_c(base, spec, c)
     v2f: float | NotAvailable = (
         verify / forward if verify is not None and forward else _na("needs the verify and forward terms")
     )  # fmt: skip
@@ -347,15 +339,7 @@ def _cell(
     best_s: float | NotAvailable = _na("no curve")
     if curve is not None and curve.k:
         best_k, best_s = curve.best_k, curve.best_speedup
-    eb, es = errors.baseline, errors.spec
-    interval_s: Interval | NotAvailable = _na("no error estimate")
-    interval_ns: Interval | NotAvailable = _na("no error estimate")
-    if es is not None:
-        interval_ns = _interval(ns, es, es, errors.basis)
-        if eb is not None:
-            low = 1.0 - (1.0 - eb) / (1.0 + es)
-            high = (1.0 + eb) / max(1.0 - es, 1e-9) - 1.0
-            interval_s = _interval(speedup, low, high, errors.basis)
+    interval_ns, interval_s = _intervals(ns, speedup, errors)
     return Cell(
         concurrency=spec.concurrency,
         k=spec.k,
@@ -383,6 +367,38 @@ def _cell(
         measured_speedup=measured_speedup,
         measured_ns_per_output_token=measured_ns,
     )
+
+
+def _break_even_c(
+    base: RunPrediction, spec: RunPrediction, c: float | NotAvailable
+) -> float | NotAvailable:
+    """The draft cost ratio at which this speculative cell would just match the baseline:
+    the predicted c scaled by how much draft time the step could afford."""
+    draft_total = spec.phases.get("draft", 0.0)
+    if draft_total <= 0 or not isinstance(c, float):
+        return _na("no draft time predicted")
+    wb, tb, ws, ts = base.window_ns, base.tokens, spec.window_ns, spec.tokens
+    scale = (wb / tb * ts - (ws - draft_total)) / draft_total
+    if scale > 0:
+        return c * scale
+    return _na(f"even a free draft does not pay at k = {spec.k}: verify and the rest of the "
+               "step cost more than the baseline")  # fmt: skip
+
+
+def _intervals(
+    ns: float, speedup: float, errors: _Errors
+) -> tuple[Interval | NotAvailable, Interval | NotAvailable]:
+    """(time per token, speedup) prediction intervals from the held-out errors of the
+    speculative and baseline predictions."""
+    eb, es = errors.baseline, errors.spec
+    if es is None:
+        return _na("no error estimate"), _na("no error estimate")
+    interval_ns = _interval(ns, es, es, errors.basis)
+    if eb is None:
+        return interval_ns, _na("no error estimate")
+    low = 1.0 - (1.0 - eb) / (1.0 + es)
+    high = (1.0 + eb) / max(1.0 - es, 1e-9) - 1.0
+    return interval_ns, _interval(speedup, low, high, errors.basis)
 
 
 def _curve(
