@@ -254,17 +254,7 @@ def _cell(
             "no baseline run with the same labels but k/mode has decode steps with forward time"
         )
         return out
-    forward_at = base.group_by("batch").agg(pl.col("forward_ns").mean().alias("fwd"))
-    same = vsteps.join(forward_at, on="batch")
-    if same.height:
-        ratio = float(same["verify_ns"].sum()) / float(same["fwd"].sum())
-        out["verify_to_forward_same_batch"] = ratio
-        out["verify_to_forward_steps"] = same.height
-        out["verify_ratio_warning"] = ratio > VERIFY_RATIO_WARNING
-    else:
-        na[f"verify_to_forward_same_batch ({where})"] = (
-            "no speculative step ran at a batch size the baseline's steps have"
-        )
+    _verify_to_forward(out, vsteps, base, where, na)
     base_per_token = _ratio(base["duration_ns"].sum(), base["step_tokens"].sum())
     spec_tokens = spec["step_tokens"].sum()
     measured = _ratio(spec["duration_ns"].sum(), spec_tokens)
@@ -295,6 +285,24 @@ def _cell(
     if out["measured_decode_speedup"] is not None:
         out["decode_gap"] = out["measured_decode_speedup"] / predicted - 1.0
     return out
+
+
+def _verify_to_forward(
+    out: dict[str, Any], vsteps: pl.DataFrame, base: pl.DataFrame, where: str, na: dict[str, str]
+) -> None:
+    """Verify over baseline forward at the same batch size into *out* (with the 1.3
+    warning), or why not into *na*."""
+    forward_at = base.group_by("batch").agg(pl.col("forward_ns").mean().alias("fwd"))
+    same = vsteps.join(forward_at, on="batch")
+    if same.height == 0:
+        na[f"verify_to_forward_same_batch ({where})"] = (
+            "no speculative step ran at a batch size the baseline's steps have"
+        )
+        return
+    ratio = float(same["verify_ns"].sum()) / float(same["fwd"].sum())
+    out["verify_to_forward_same_batch"] = ratio
+    out["verify_to_forward_steps"] = same.height
+    out["verify_ratio_warning"] = ratio > VERIFY_RATIO_WARNING
 
 
 def _ratio(num: Any, den: Any) -> float | None:
