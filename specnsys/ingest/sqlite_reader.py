@@ -402,6 +402,11 @@ class SqliteExport:
                 query(plain, rowids), query(cast, rowids), inexact, tuple(labels) if inexact else ()
             )
 
+        return schema, [both(rowids) for rowids in self._rowid_slices(table)]
+
+    def _rowid_slices(self, table: str) -> list[str]:
+        """The rowid conditions that cut *table* into slices of about :data:`SLICE_ROWS` rows
+        (``[""]``: one read of the whole table)."""
         # Two subqueries, each a single B-tree seek: SQLite's min/max optimization applies only
         # to a query with one aggregate, and ``SELECT min(rowid), max(rowid)`` scans the whole
         # table (serial, before any read; docs/performance.md#reading-the-export).
@@ -409,19 +414,15 @@ class SqliteExport:
             f"SELECT (SELECT min(rowid) FROM {_quote(table)}), (SELECT max(rowid) FROM {_quote(table)})"
         )[0]
         if lo is None:
-            return schema, [both()]
+            return [""]
         lo, hi = int(lo), int(hi)
         span = hi - lo + 1
         n = max(1, -(-span // SLICE_ROWS))
         if n == 1:
-            return schema, [both()]
+            return [""]
         edges = [lo + span * k // n for k in range(n + 1)]
         edges[-1] = hi + 1
-        slices = [
-            both(f" AND rowid >= {a} AND rowid < {b}")
-            for a, b in zip(edges, edges[1:], strict=False)
-        ]
-        return schema, slices
+        return [f" AND rowid >= {a} AND rowid < {b}" for a, b in zip(edges, edges[1:], strict=False)]
 
     def _read_arrow(self, query: SliceQuery, schema: pa.Schema) -> pa.Table:
         import connectorx
