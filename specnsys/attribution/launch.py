@@ -224,22 +224,9 @@ def attributed_gpu_ops(
     else:
         keys = {"left_on": ["pid", "correlation_id"], "right_on": ["rt_pid", "rt_corr"]}
     call_keys = [_KEY] if packed else keys["right_on"]
-    distinct = calls.select(
-        pl.struct(call_keys).n_unique() if len(call_keys) > 1 else pl.col(call_keys[0]).n_unique()
+    calls = _one_call_per_key(
+        trace, index, pid, calls, call_keys, packed, launched_between, details
     )
-    if int(distinct.item()) != calls.height:  # an id shared by several calls: the first wins
-        if not {"api_end", "api_name"} <= set(calls.columns):  # lean: the order needs them (rare)
-            full = attributed_runtime(trace, index, pid, details=True)
-            calls = _launching_calls(full, launched_between)
-            if packed:
-                calls = calls.with_columns(_packed_key("rt_pid", "rt_corr"))
-        # the earliest call; ties by end, thread, then name: calls equal in all four are equal
-        # in every column kept, so the pick never depends on the (unspecified) row order
-        calls = calls.sort(["api_start", "api_end", "api_global_tid", "api_name"]).unique(
-            subset=call_keys, keep="first", maintain_order=True
-        )
-        if not details:
-            calls = calls.select(*call_keys, "api_start", "phase")
     graph = _GraphJoin.of(trace, index, pid)
     ops = _ops(trace, pid, window, details, wanted, graph, names)
     lean = ["op_kind", "start", "end", "phase", *(["name"] if names else [])]
@@ -268,6 +255,35 @@ def attributed_gpu_ops(
         .select(pl.all() if details else pl.col(lean))
         .collect(engine="streaming")
     )
+
+
+def _one_call_per_key(
+    trace: Trace,
+    index: PhaseIndex,
+    pid: int | None,
+    calls: pl.DataFrame,
+    call_keys: list[str],
+    packed: bool,
+    launched_between: tuple[int, int] | None,
+    details: bool,
+) -> pl.DataFrame:
+    """*calls* with one launching call per key: where an id is shared by several calls, the
+    earliest wins (ties by end, thread, then name: calls equal in all four are equal in every
+    column kept, so the pick never depends on the unspecified row order)."""
+    distinct = calls.select(
+        pl.struct(call_keys).n_unique() if len(call_keys) > 1 else pl.col(call_keys[0]).n_unique()
+    )
+    if int(distinct.item()) == calls.height:
+        return calls
+    if not {"api_end", "api_name"} <= set(calls.columns):  # lean: the order needs them (rare)
+        full = attributed_runtime(trace, index, pid, details=True)
+        calls = _launching_calls(full, launched_between)
+        if packed:
+            calls = calls.with_columns(_packed_key("rt_pid", "rt_corr"))
+    calls = calls.sort(["api_start", "api_end", "api_global_tid", "api_name"]).unique(
+        subset=call_keys, keep="first", maintain_order=True
+    )
+    return calls if details else calls.select(*call_keys, "api_start", "phase")
 
 
 class _JoinKeys(TypedDict, total=False):
