@@ -304,17 +304,7 @@ def _cell(
     base_ns = wb / tb if tb else float("nan")
     base_phases = {ph: v / tb for ph, v in sorted(base.phases.items()) if v > 0}
     if spec is None:
-        na = _na(why_no_spec)
-        return Cell(
-            concurrency=base.concurrency, k=0, p=p, amdahl_ceiling=ceiling,
-            ns_per_output_token=na, baseline_ns_per_output_token=base_ns, speedup=na,
-            amdahl_speedup=na, r=na, speedup_interval=na, ns_per_output_token_interval=na,
-            best_k=na, best_k_speedup=na, tokens_per_step=na, decode_steps=na, mean_batch=na,
-            draft_cost_ratio=na, break_even_c=na, verify_to_forward=na,
-            verify_ratio_warning=na, phases_ns_per_token={},
-            baseline_phases_ns_per_token=base_phases, cut_first=(), measured_speedup=na,
-            measured_ns_per_output_token=na,
-        )  # fmt: skip
+        return _baseline_cell(base, p, ceiling, base_ns, base_phases, _na(why_no_spec))
     ws, ts, as_ = spec.window_ns, spec.tokens, spec.accelerable_ns
     ns = ws / ts
     speedup = base_ns / ns
@@ -367,6 +357,28 @@ def _cell(
         measured_speedup=measured_speedup,
         measured_ns_per_output_token=measured_ns,
     )
+
+
+def _baseline_cell(
+    base: RunPrediction,
+    p: float | NotAvailable,
+    ceiling: float | NotAvailable,
+    base_ns: float,
+    base_phases: dict[str, float],
+    na: NotAvailable,
+) -> Cell:
+    """The cell of a concurrency without a speculative prediction: the baseline's numbers,
+    every speculative one *na*."""
+    return Cell(
+        concurrency=base.concurrency, k=0, p=p, amdahl_ceiling=ceiling,
+        ns_per_output_token=na, baseline_ns_per_output_token=base_ns, speedup=na,
+        amdahl_speedup=na, r=na, speedup_interval=na, ns_per_output_token_interval=na,
+        best_k=na, best_k_speedup=na, tokens_per_step=na, decode_steps=na, mean_batch=na,
+        draft_cost_ratio=na, break_even_c=na, verify_to_forward=na,
+        verify_ratio_warning=na, phases_ns_per_token={},
+        baseline_phases_ns_per_token=base_phases, cut_first=(), measured_speedup=na,
+        measured_ns_per_output_token=na,
+    )  # fmt: skip
 
 
 def _break_even_c(

@@ -36,34 +36,12 @@ def nvtx_nesting(raw: pl.LazyFrame) -> pa.Table:
         pl.col("start"),
         pl.col("end").fill_null(INT64_MAX).alias("end_key"),
     )
-    starts = pp.select(
-        "id",
-        "g",
-        "d",
-        pl.col("start").alias("t"),
-        pl.lit(1, pl.Int8).alias("typ"),
-        (-pl.col("end_key")).alias("tie"),
-        pl.lit(1, pl.Int8).alias("delta"),
-    )
-    ends = pp.select(
-        "id",
-        "g",
-        "d",
-        pl.col("end_key").alias("t"),
-        pl.when(pl.col("end_key") == pl.col("start"))
-        .then(2)
-        .otherwise(0)
-        .cast(pl.Int8)
-        .alias("typ"),
-        pl.lit(0, pl.Int64).alias("tie"),
-        pl.lit(-1, pl.Int8).alias("delta"),
-    )
     # Running sums over the whole sorted frame, not per (g, d) group: every range has its end
     # event (unclosed ones at INT64_MAX) in its own group, so each group's deltas sum to zero
     # and the global running depth is the group's; ``ord`` then numbers all starts in sorted
     # order, which orders the starts of each group the same way and needs no re-sort below.
     nested = (
-        pl.concat([starts, ends])
+        _stack_events(pp)
         .sort(["g", "d", "t", "typ", "tie", "id"])
         .with_columns(
             (pl.col("delta").cast(pl.Int64).cum_sum() - pl.col("delta"))
@@ -98,3 +76,33 @@ def nvtx_nesting(raw: pl.LazyFrame) -> pa.Table:
         .sort("id")
         .to_arrow()
     )
+
+
+def _stack_events(pp: pl.LazyFrame) -> pl.LazyFrame:
+    """One start (+1) and one end (-1) event per range of *pp* (``id, g, d, start,
+    end_key``), with the sort keys :func:`nvtx_nesting` orders them by: ``typ`` puts ends
+    first at equal times, a zero-length range's end after the starts at its instant;
+    ``tie`` orders starts by -end."""
+    starts = pp.select(
+        "id",
+        "g",
+        "d",
+        pl.col("start").alias("t"),
+        pl.lit(1, pl.Int8).alias("typ"),
+        (-pl.col("end_key")).alias("tie"),
+        pl.lit(1, pl.Int8).alias("delta"),
+    )
+    ends = pp.select(
+        "id",
+        "g",
+        "d",
+        pl.col("end_key").alias("t"),
+        pl.when(pl.col("end_key") == pl.col("start"))
+        .then(2)
+        .otherwise(0)
+        .cast(pl.Int8)
+        .alias("typ"),
+        pl.lit(0, pl.Int64).alias("tie"),
+        pl.lit(-1, pl.Int8).alias("delta"),
+    )
+    return pl.concat([starts, ends])
