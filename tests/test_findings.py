@@ -172,3 +172,19 @@ def test_no_finding_on_a_corpus_export_that_does_not_hold_its_cause() -> None:
                 assert 0 < f["time_ns"] <= a.window_ns, (path.name, f)
         seen[path.name] = [f["kind"] for f in a.findings["findings"]]
     assert seen  # the corpus has GPU exports
+
+
+def test_a_run_without_phase_ranges_finds_its_idle_time_without_a_warning(tmp_path: Path) -> None:
+    """Explicit specnsys rules on an engine trace claim no range, so the run has no driver
+    thread: its GPU idle time is all unannotated, said without Polars' "comparisons with None"
+    warning (which the filter on a None thread id raised)."""
+    import warnings
+
+    from tests.test_generic_mode import engine_trace
+
+    path = engine_trace(tmp_path / "engine.sqlite")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = specnsys.analyze(path, rules="specnsys")
+    assert a.findings is not None
+    assert set(a.findings["idle_by_phase"]) <= {"unannotated"}

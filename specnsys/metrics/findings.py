@@ -194,7 +194,13 @@ def idle_by_phase(
     """Per phase, its GPU idle time split by cause (module docs), and the process's ops."""
     ops = _ops(trace, scope)
     syncs = _sync_calls(trace, scope)
-    points = index.change_points.filter(pl.col("gtid") == scope.driver_gtid)
+    # no driver thread (a trace without phase ranges): no change point, all idle time is
+    # unannotated (a comparison with None would select the same nothing, with a warning)
+    points = (
+        index.change_points.clear()
+        if scope.driver_gtid is None
+        else index.change_points.filter(pl.col("gtid") == scope.driver_gtid)
+    )
     seg = _idle_segments(ops, syncs, points["t"], scope.start_ns, scope.end_ns)
     seg = lookup_phase(seg, points, t="t", gtid=None).with_columns(
         pl.col("phase").cast(pl.String).fill_null(UNANNOTATED)
