@@ -428,3 +428,21 @@ def test_speedscope_warns_about_slices_that_cross(viewer: Any) -> None:
     seen = _open_in_speedscope(viewer, "crossing.json", json.dumps(crossing).encode())
     assert seen["title"] == "crossing.json - speedscope"
     assert any("Tried to end" in p for p in seen["problems"]), seen
+
+
+def test_stdout_without_a_binary_buffer_gets_the_same_document(tmp_path: Path) -> None:
+    """``-o -`` into a text stream that has no ``.buffer`` (a notebook's or a test driver's
+    captured stdout) used to end in an internal error (exit 3); it writes the same JSON."""
+    import contextlib
+    import io
+
+    from specnsys.cli.main import main as cli_main
+
+    trace = str(SAMPLE_TRACES / "spec_chat_c4_k4.sqlite")
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        status = cli_main(["export", trace, "--format", "perfetto", "-o", "-"])
+    assert status == 0
+    out = tmp_path / "e.json"
+    assert cli_main(["export", trace, "--format", "perfetto", "-o", str(out)]) == 0
+    assert json.loads(text.getvalue()) == json.loads(out.read_text())

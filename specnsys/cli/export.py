@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import IO, cast
 
 from specnsys import api
 from specnsys.cli.common import RULES_HELP, add_analysis_window_argument, check_output, count_arg
@@ -48,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
                         use_cache=not args.no_cache)  # fmt: skip
     if out is None:
         sys.stdout.flush()
-        result.write(sys.stdout.buffer)
-        sys.stdout.buffer.flush()
+        sink = _stdout_bytes()
+        result.write(sink)
+        sink.flush()
     else:
         compress = out.name.lower().endswith(".gz")
         counted: list[int] = []
@@ -57,3 +59,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"{out}: {counted[0]:,} events ({out.stat().st_size / 1024:.0f} KiB)")
     api.warn(result)
     return 0
+
+
+class _TextSink:
+    """Bytes written to a text stream that has no binary buffer (a notebook's or a test's
+    captured stdout): the document is ASCII JSON (``json.dumps`` escapes the rest)."""
+
+    def __init__(self, text: IO[str]) -> None:
+        self._text = text
+
+    def write(self, data: bytes) -> int:
+        self._text.write(data.decode("ascii"))
+        return len(data)
+
+    def flush(self) -> None:
+        self._text.flush()
+
+
+def _stdout_bytes() -> IO[bytes]:
+    """Standard output as a binary stream: its buffer, or a :class:`_TextSink` over it."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:
+        return cast("IO[bytes]", buffer)
+    return cast("IO[bytes]", _TextSink(sys.stdout))
