@@ -28,7 +28,6 @@ events and the event count is known before anything is rendered:
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -242,19 +241,20 @@ def _union(ops: pl.DataFrame) -> pl.DataFrame:
 
 def _busy_within(union: pl.DataFrame, starts: pl.Series, ends: pl.Series) -> list[int]:
     """Per ``[start, end)``, the ns of *union* inside it (prefix sums over the intervals)."""
-    a_list: list[int] = union["a"].to_list()
-    b_list: list[int] = union["b"].to_list()
-    prefix = [0]
-    for lo, hi in zip(a_list, b_list, strict=True):
-        prefix.append(prefix[-1] + hi - lo)
+    return (_covered(union, ends) - _covered(union, starts)).to_list()
 
-    def covered(t: int) -> int:  # busy ns before t
-        i = bisect.bisect_right(a_list, t)  # intervals starting at or before t
-        if i == 0:
-            return 0
-        return prefix[i - 1] + min(t, b_list[i - 1]) - a_list[i - 1]
 
-    return [covered(e) - covered(s) for s, e in zip(starts.to_list(), ends.to_list(), strict=True)]
+def _covered(union: pl.DataFrame, t: pl.Series) -> pl.Series:
+    """Per time in *t*, the busy ns of *union* (disjoint intervals ``a, b``, by start) before
+    it: the intervals that start at or before it, the last one clipped at it."""
+    import numpy as np
+
+    a, b, times = union["a"].to_numpy(), union["b"].to_numpy(), t.to_numpy()
+    before = np.concatenate(([0], np.cumsum(b - a)))  # busy ns of the first i intervals
+    i = np.searchsorted(a, times, side="right")  # intervals starting at or before t
+    last = np.maximum(i - 1, 0)
+    clipped = np.minimum(times, b[last]) - a[last] if len(a) else np.zeros_like(times)
+    return pl.Series(np.where(i > 0, before[last] + clipped, 0), dtype=_I64)
 
 
 def _steps(
@@ -320,9 +320,11 @@ def phase_totals(phases: pl.DataFrame, order: Sequence[str], window_ns: int) -> 
     """Per phase, its wall time from the phase slices: the exact ``sum((end - start) /
     sharing)``, rounded to integer ns by largest remainder (ties in *order*, then by name) so
     that the totals sum to *window_ns*: what ``phases`` reports for a whole window."""
+    # integer sums per (phase, split) in Polars; exact fractions over those few groups only
+    sums = phases.group_by("phase", "sharing").agg((pl.col("end") - pl.col("start")).sum())
     exact: dict[str, Fraction] = {}
-    for phase, start, end, sharing in phases.iter_rows():
-        exact[phase] = exact.get(phase, Fraction(0)) + Fraction(end - start, sharing)
+    for phase, sharing, ns in sums.iter_rows():
+        exact[phase] = exact.get(phase, Fraction(0)) + Fraction(int(ns), sharing)
     rank = {p: i for i, p in enumerate(order)}
     names = sorted(exact, key=lambda p: (rank.get(p, len(rank)), p))
     floors = {p: int(exact[p]) for p in names}
