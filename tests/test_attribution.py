@@ -650,6 +650,23 @@ def test_range_counts_are_the_driver_threads_ranges_starting_in_the_window(
     assert PhaseBreakdown.from_dict(pb.to_dict()).range_counts == pb.range_counts
 
 
+def spec_builder(spec: dict) -> NsysExportBuilder:
+    """A trace of one process from a :func:`_traces` spec: its phase ranges, request and GPU
+    ops (each launched from the driver thread unless the spec says the launch is missing),
+    beside a second, empty process."""
+    b = _builder()
+    b.process(2, "other")
+    for s, e, text in spec["ranges"]:
+        _pp(b, s, e, text)
+    if spec["req"] is not None:
+        _request(b, spec["req"][0], spec["req"][0] + spec["req"][1])
+    for corr, (launch, delay, dur, stream, how, _kind) in enumerate(spec["ops"], start=1):
+        if how != "missing":
+            b.runtime(launch, launch + 1, "cudaLaunchKernel", corr, pid=1, tid=1)
+        b.kernel(launch + delay, launch + delay + dur, f"k{corr}", corr, pid=1, stream=stream)
+    return b
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -660,18 +677,8 @@ def test_property_exclusive_segments_sum_to_the_breakdown(tmp_path: Path, spec: 
     never has a negative length."""
     from specnsys.attribution.timeline import exclusive_segments
 
-    b = _builder()
-    b.process(2, "other")
+    b = spec_builder(spec)
     b.thread(1, 2, "worker")
-    for s, e, text in spec["ranges"]:
-        _pp(b, s, e, text)
-    if spec["req"] is not None:
-        _request(b, spec["req"][0], spec["req"][0] + spec["req"][1])
-    for corr, (launch, delay, dur, stream, how, _kind) in enumerate(spec["ops"], start=1):
-        if how != "missing":
-            b.runtime(launch, launch + 1, "cudaLaunchKernel", corr, pid=1, tid=1)
-        s, e = launch + delay, launch + delay + dur
-        b.kernel(s, e, f"k{corr}", corr, pid=1, stream=stream)
     with _open(b, tmp_path, "seg.sqlite") as t:
         pb = exclusive_phase_times(t, pid=1)
         seg = exclusive_segments(t, pid=1)

@@ -30,7 +30,7 @@ import specnsys
 from specnsys.cli.main import main
 from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES
-from tests.test_attribution import _builder, _pp, _request, _traces
+from tests.test_attribution import _traces, spec_builder
 
 GPU_PID = 1 << 30  # the export's GPU processes are numbered from here
 STEPS = 4
@@ -310,17 +310,7 @@ def test_the_nesting_check_can_fail() -> None:
 def test_property_export_totals_are_the_breakdown_and_tracks_nest(
     tmp_path: Path, spec: dict
 ) -> None:
-    b = _builder()
-    b.process(2, "other")
-    for s, e, text in spec["ranges"]:
-        _pp(b, s, e, text)
-    if spec["req"] is not None:
-        _request(b, spec["req"][0], spec["req"][0] + spec["req"][1])
-    for corr, (launch, delay, dur, stream, how, _kind) in enumerate(spec["ops"], start=1):
-        if how != "missing":
-            b.runtime(launch, launch + 1, "cudaLaunchKernel", corr, pid=1, tid=1)
-        b.kernel(launch + delay, launch + delay + dur, f"k{corr}", corr, pid=1, stream=stream)
-    path = b.write(tmp_path / "p.sqlite")
+    path = spec_builder(spec).write(tmp_path / "p.sqlite")
     try:
         walls = _phases_walls(path, pid=1)
     except specnsys.BadInputError:  # nothing to attribute: nothing to export either
