@@ -857,11 +857,12 @@ def export(
         if data.breakdown.window_ns <= 0:
             who = f"process {pid} has" if pid is not None else "the trace has"
             raise BadInputError(f"{path}: nothing to export ({who} {NO_WINDOW})")
-        budget = max_events - len(metadata_events(data))
+        names = len(metadata_events(data))
+        budget = max_events - names
         if budget < 1:
             raise UsageError(
-                f"--max-events {max_events:,} is fewer than the export's "
-                f"{len(metadata_events(data)):,} track names alone"
+                f"--max-events {max_events:,} is fewer than the export's {names:,} track "
+                "names alone"
             )
         data = cut_to_events(data, budget)
     if data.dropped is not None:
