@@ -16,9 +16,20 @@ import json
 import sys
 import traceback
 import warnings
+from typing import TypedDict
 
 
-def run_one(argv: list[str]) -> dict[str, object]:
+class CommandRun(TypedDict):
+    """One command line's outcome: its exit status, output, and any escaped traceback."""
+
+    argv: list[str]
+    status: int
+    stdout: str
+    stderr: str
+    traceback: str | None
+
+
+def run_one(argv: list[str]) -> CommandRun:
     from specnsys.cli.main import main
 
     warnings.resetwarnings()  # also invalidates the once-per-location registries

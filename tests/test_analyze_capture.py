@@ -65,6 +65,7 @@ def test_prediction_within_ten_percent_of_measurement(runs) -> None:
         f"p={c.p:.3f} r={c.r:.3f} predicted={c.predicted_speedup:.3f} "
         f"measured={c.measured_speedup:.3f} gap={c.gap:+.3f}; per-phase gap shares {moved}"
     )
+    assert c.p is not None and c.gap is not None, detail
     assert 0.5 < c.p < 1.0, detail
     assert abs(c.gap) <= 0.10, detail
     assert c.prediction_holds

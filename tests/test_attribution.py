@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -39,7 +40,7 @@ def _open(b: NsysExportBuilder, tmp_path: Path, name: str = "t.sqlite") -> specn
     return specnsys.open(b.write(tmp_path / name))
 
 
-def _by_phase(pb: PhaseBreakdown) -> dict[str, dict[str, object]]:
+def _by_phase(pb: PhaseBreakdown) -> dict[str, dict[str, Any]]:
     return {row["phase"]: row for row in pb.frame.iter_rows(named=True)}
 
 
@@ -289,14 +290,14 @@ def test_lean_merge_join_matches_the_ordered_hash_join(tmp_path: Path, seed: int
     with specnsys.open(path, use_cache=False) as t:
         index = create_phase_index(t.connection, default_rules())
         try:
-            for pid in (1, 2, None):
-                runtime = attributed_runtime(t, index, pid)
-                lean = attributed_gpu_ops(t, index, pid=pid, runtime=runtime)
-                full = attributed_gpu_ops(t, index, pid=pid, details=True)
+            for only in (1, 2, None):  # one process, or every process
+                runtime = attributed_runtime(t, index, only)
+                lean = attributed_gpu_ops(t, index, pid=only, runtime=runtime)
+                full = attributed_gpu_ops(t, index, pid=only, details=True)
                 want = full.select(key).with_columns(pl.col("phase").cast(pl.String)).sort(key)
                 got = lean.with_columns(pl.col("phase").cast(pl.String)).sort(key)
-                assert got.equals(want), pid
-                assert want["phase"].n_unique() >= 3, pid  # draft, verify, unattributed_gpu
+                assert got.equals(want), only
+                assert want["phase"].n_unique() >= 3, only  # draft, verify, unattributed_gpu
         finally:
             drop_phase_index(t.connection, index)
 
@@ -447,7 +448,7 @@ def _traces(draw: st.DrawFn) -> dict:
     ranges: list[tuple[int, int | None, str]] = []
     for _ in range(draw(st.integers(0, 12))):
         t += draw(st.integers(0, 15))
-        if stack and draw(st.booleans()):
+        if bool(stack) and draw(st.booleans()):  # bool(): no list type context for draw
             start, text = stack.pop()
             ranges.append((start, t, text))
         else:
@@ -599,6 +600,7 @@ def test_breakdown_is_kept_beside_the_cached_model(
     path = b.write(tmp_path / "t.sqlite")
     with specnsys.open(path) as cold:
         first = exclusive_phase_times(cold)
+        assert cold.cache_folder is not None
         stored = list((cold.cache_folder / "derived").glob("phase_breakdown-*.json"))
         assert len(stored) == 1
 

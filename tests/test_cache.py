@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import specnsys
-from specnsys.ingest.cache import SpecnsysWarning
+from specnsys.errors import SpecnsysWarning
 from specnsys.testing import NsysExportBuilder
 
 
@@ -107,6 +107,7 @@ def test_data_warnings_are_kept_beside_the_cached_model(tmp_path: Path) -> None:
     with specnsys.open(path) as cold:
         notes = data_warnings(cold)
         assert any("launch" in n for n in notes), notes
+        assert cold.cache_folder is not None
         assert list((cold.cache_folder / "derived").glob("data_warnings-*.json"))
     with specnsys.open(path) as warm:
         assert data_warnings(warm) == notes

@@ -41,6 +41,7 @@ def test_export_opens_and_row_counts_match_sqlite(path: Path) -> None:
     before = sha256(path)
     with specnsys.open(path) as trace:
         for table in MODEL:
+            assert table.counts_source is not None, table.name  # every table has its source
             expected = _direct_count(path, table.counts_source)
             assert trace.summary.row_counts[table.name] == expected, table.name
             got = trace.sql(f"SELECT count(*) FROM {table.name}").fetchall()[0][0]

@@ -66,8 +66,8 @@ def test_fitted_terms_recover_the_built_costs(fitted: Forecast) -> None:
     assert draft["forward_batch"] == pytest.approx(c.db, rel=rel)
     assert draft["step"] == pytest.approx(c.d0, rel=rel)
     forward = _coefficients(fitted, "forward")
-    assert (forward["step"], forward["batch"]) == (pytest.approx(c.f0, rel=rel),
-                                                    pytest.approx(c.f1, rel=rel))  # fmt: skip
+    assert forward["step"] == pytest.approx(c.f0, rel=rel)
+    assert forward["batch"] == pytest.approx(c.f1, rel=rel)
     for role in ("baseline", "spec"):
         sample = _coefficients(fitted, f"sample_step/{role}")
         assert sample["step"] == pytest.approx(c.s0, rel=rel)

@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 import specnsys
-from specnsys.attribution import exclusive_phase_times, gpu_ops_with_phase
+from specnsys.attribution import PhaseBreakdown, exclusive_phase_times, gpu_ops_with_phase
 from specnsys.attribution.launch import attributed_gpu_ops
 from specnsys.attribution.phase_map import create_phase_index
 from specnsys.attribution.rules import default_rules
@@ -114,7 +114,7 @@ def _expected(phases_of_nodes: dict[int, str]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _rows(path: Path) -> tuple[dict[str, dict], object]:
+def _rows(path: Path) -> tuple[dict[str, dict], PhaseBreakdown]:
     with specnsys.open(path) as t:
         pb = exclusive_phase_times(t)
         assert pb.frame["wall_ns"].sum() == pb.window_ns == WINDOW  # every ns once

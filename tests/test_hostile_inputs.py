@@ -15,8 +15,10 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Required, TypedDict
 
 import pytest
 
@@ -43,14 +45,18 @@ def registered_commands() -> dict[str, list[str]]:
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    return {c: a for c, a in SINGLE_TRACE_COMMANDS.items() if c in sub.choices}  # type: ignore[attr-defined]
+    assert sub.choices is not None  # the subcommands' parsers, by name
+    return {c: a for c, a in SINGLE_TRACE_COMMANDS.items() if c in sub.choices}
 
 
 COMMANDS = registered_commands()
 
 
 def run_cli(
-    *args: str, cache: Path | None = None, timeout: float = 180, **kw: object
+    *args: str,
+    cache: Path | None = None,
+    timeout: float = 180,
+    preexec_fn: Callable[[], object] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if cache is not None:
@@ -61,7 +67,7 @@ def run_cli(
         text=True,
         timeout=timeout,
         env=env,
-        **kw,  # type: ignore[arg-type]
+        preexec_fn=preexec_fn,
     )
 
 
@@ -114,9 +120,19 @@ def check_phase_invariants(doc: dict, what: str) -> None:
     assert doc["window_ns"] > 0, what
 
 
+class Expect(TypedDict, total=False):
+    """What must come out of one case (see :data:`EXPECT`)."""
+
+    read: Required[int]  # the status of info and sql
+    error: str  # in every command's error line, when read is 2
+    phases: int  # the status of phases
+    phases_error: str  # in its error line, when phases is 2
+    phase_warnings: list[str]  # each in its warnings, when phases is 0
+
+
 #: What must come out, beyond the contract: for each case, the status of the commands that
 #: read the model (info, sql) and of phases, and phrases the warnings/error must contain.
-EXPECT: dict[str, dict[str, object]] = {
+EXPECT: dict[str, Expect] = {
     "good_loop": {"read": 0, "phases": 0, "phase_warnings": []},
     "wrong_columns": {"read": 0, "phases": 2, "phases_error": "nothing to attribute"},
     "stringids_wrong_columns": {"read": 2, "error": "lacks its id/value columns"},
@@ -262,11 +278,9 @@ def test_unreadable_file(tmp_path: Path) -> None:
     before = sha256(path)
     path.chmod(0)
     try:
-        kw: dict[str, object] = {}
-        if os.geteuid() == 0:
-            kw["preexec_fn"] = _drop_dac_capabilities
+        drop = _drop_dac_capabilities if os.geteuid() == 0 else None
         try:
-            done = run_cli("info", str(path), cache=tmp_path / "cache", **kw)
+            done = run_cli("info", str(path), cache=tmp_path / "cache", preexec_fn=drop)
         except subprocess.SubprocessError as exc:  # prctl refused: no way to test it here
             pytest.skip(f"cannot drop DAC capabilities as root: {exc}")
         check_contract(done, "unreadable")

@@ -241,6 +241,7 @@ def test_rollback_then_forward_matches_fresh_prefill(target):
 def test_spec_step_keeps_cache_lengths_at_accepted_lengths(target):
     draft = build_draft("noised", target, 0.3)
     gen = Generator(target, draft, mode="spec", k=4, concurrency=3, params=GREEDY)
+    assert gen.dcache is not None  # spec mode keeps the draft's cache
     reqs = [Request(i, tuple(range(1 + i, 8 + 2 * i)), 30) for i in range(3)]
     with torch.inference_mode():
         states = [gen._admit(slot, req) for slot, req in enumerate(reqs)]

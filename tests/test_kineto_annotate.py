@@ -18,6 +18,7 @@ import specnsys
 from specnsys import annotate
 
 torch = pytest.importorskip("torch")
+from torch import Tensor  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 
@@ -123,7 +124,7 @@ def test_no_scope_without_a_recording_profiler(tmp_path: Path, mode: bool) -> No
 
 def test_decorated_functions_open_scopes_on_both_paths(tmp_path: Path, mode: bool) -> None:
     @annotate.phase("sample")
-    def pick(x: torch.Tensor) -> torch.Tensor:
+    def pick(x: Tensor) -> Tensor:
         return x.argmax()
 
     path = tmp_path / "decorated.json"

@@ -211,7 +211,7 @@ def test_several_processes_each_with_its_own_threads_and_gpu_work(tmp_path: Path
     trace.request(0, 1000, 1).range(0, 1000, "forward")
     trace.runtime(10, 20, "cudaLaunchKernel", 1).kernel(30, 100, KERNEL, 1)
     trace.runtime(30, 40, "cudaLaunchKernel", 7)
-    b = dict(pid=20, tid=21)
+    b: dict[str, Any] = dict(pid=20, tid=21)
     trace.request(0, 1000, 2, **b).range(0, 600, "forward", **b).range(600, 1000, "sample", **b)
     trace.runtime(10, 20, "cudaLaunchKernel", 2, **b).kernel(40, 500, KERNEL, 2, device=1)
     trace.runtime(50, 60, "cudaLaunchKernel", 7, **b).kernel(600, 700, KERNEL, 7, device=1)

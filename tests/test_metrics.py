@@ -16,6 +16,7 @@ import pytest
 import specnsys
 from specnsys.errors import BadInputError, UsageError
 from specnsys.metrics import (
+    Comparison,
     amdahl_ceiling,
     amdahl_speedup,
     analyze_trace,
@@ -31,6 +32,12 @@ from specnsys.metrics.acceptance import acceptance_from_pairs
 from specnsys.testing import NsysExportBuilder
 
 # --------------------------------------------------------------------------- builders
+
+
+def number(value: object) -> float:
+    """A number from a ``dict[str, object]`` document (``whatif``), checked to be one."""
+    assert isinstance(value, (int, float)) and not isinstance(value, bool), value
+    return value
 
 
 class Loop:
@@ -323,17 +330,24 @@ def test_compare_holds_when_only_accelerable_time_changes(tmp_path: Path) -> Non
     # The "speculative" run replays the baseline's events with each 300 ns forward split into
     # draft (150) + verify (150): same tokens, same non-accelerable time, r = 1.
     fast = Loop()
+    strings = {row[0]: row[1] for row in base.b.rows["StringIds"]}  # string id -> text
     for row in base.b.rows["NVTX_EVENTS"]:
-        text = base.b.rows["StringIds"][row[9] - 1][1] if row[9] else None
+        start, end, kind, payload = row[0], row[1], row[2], row[12]
+        text = strings[row[9]] if row[9] else None
+        assert isinstance(start, int) and (text is None or isinstance(text, str))
         if text == "forward":
-            fast.pp(row[0], row[0] + 150, "draft")
-            fast.pp(row[0] + 150, row[1], "verify")
-        elif row[2] == 59 and text:
-            fast.pp(row[0], row[1], text)
-        elif row[2] == 60:
-            fast.request(row[0], row[1], row[12])
-        elif row[2] == 34 and text:
-            fast.mark(row[0], text, row[12])
+            assert isinstance(end, int)
+            fast.pp(start, start + 150, "draft")
+            fast.pp(start + 150, end, "verify")
+        elif kind == 59 and text:
+            assert isinstance(end, int)
+            fast.pp(start, end, text)
+        elif kind == 60:
+            assert isinstance(end, int) and isinstance(payload, int)
+            fast.request(start, end, payload)
+        elif kind == 34 and text:
+            assert isinstance(payload, int)
+            fast.mark(start, text, payload)
     with fast.open(tmp_path, "s.sqlite") as t:
         s = analyze_trace(t)
     c = compare_runs(b, s)
@@ -354,7 +368,8 @@ def test_compare_refuses_two_speculative_runs(spec) -> None:
 
 def test_compare_many_pairs_each_spec_with_the_baseline_before_it(baseline, spec) -> None:
     runs = compare_many([baseline, spec, spec, baseline, spec])
-    assert len(runs) == 3 and all(r.baseline is baseline for r in runs)
+    assert len(runs) == 3
+    assert all(isinstance(r, Comparison) and r.baseline is baseline for r in runs)
     assert [r.to_dict()["k"] for r in compare_sweep(baseline, [spec, spec])] == [2, 2]
     with pytest.raises(BadInputError, match="no speculative trace after it"):
         compare_many([baseline, spec, baseline])
@@ -507,8 +522,9 @@ def test_whatif_reproduces_leviathan_optimal_k_table(c: float, alpha: float) -> 
     k, speedup = LEVIATHAN_TABLE[(c, alpha)]
     w = whatif(alpha, None, c)
     assert w["best_k"] == k
-    assert round(w["best_speedup"], 2) == speedup
-    assert best_k(alpha, c) == (k, pytest.approx(w["best_speedup"]))
+    assert round(number(w["best_speedup"]), 2) == speedup
+    got_k, got_speedup = best_k(alpha, c)
+    assert got_k == k and got_speedup == pytest.approx(w["best_speedup"])
 
 
 def test_tau_and_expected_speedup_closed_forms() -> None:
@@ -533,13 +549,14 @@ def test_whatif_end_to_end_and_limits() -> None:
     s = expected_speedup(0.8, 4, 0.1)
     assert w["expected_speedup"] == pytest.approx(s)
     assert w["e2e_speedup"] == pytest.approx(1 / (0.4 + 0.6 / s))
-    assert w["amdahl_ceiling"] == pytest.approx(2.5) and w["e2e_speedup"] < 2.5
-    assert [row["k"] for row in w["by_k"]] == list(range(1, 9))
+    assert w["amdahl_ceiling"] == pytest.approx(2.5) and number(w["e2e_speedup"]) < 2.5
+    by_k = w["by_k"]
+    assert isinstance(by_k, list) and [row["k"] for row in by_k] == list(range(1, 9))
     free = whatif(1.0, None, 0.0, k_max=16)
     assert free["best_k"] == 16 and free["best_k_at_search_limit"]
     hopeless = whatif(0.2, 2, 0.5)
     assert not hopeless["speculation_pays"] and hopeless["best_k"] == 1
-    assert math.isclose(hopeless["best_speedup"], 1.2 / 1.5)
+    assert math.isclose(number(hopeless["best_speedup"]), 1.2 / 1.5)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -47,7 +48,7 @@ def _spec_trace(tmp_path: Path, **builder_kw: object) -> Path:
 
 
 @pytest.fixture
-def trace(tmp_path: Path) -> specnsys.Trace:
+def trace(tmp_path: Path) -> Iterator[specnsys.Trace]:
     with specnsys.open(_spec_trace(tmp_path)) as t:
         yield t
 
@@ -209,6 +210,7 @@ def test_gpu_activity_tables(trace: specnsys.Trace) -> None:
 def test_sql_and_polars_read_the_same_data(trace: specnsys.Trace) -> None:
     for name in MODEL_TABLES:
         via_sql = pl.from_arrow(to_arrow(trace.sql(f"SELECT * FROM {name}")))
+        assert isinstance(via_sql, pl.DataFrame), name
         via_polars = trace.table(name).collect()
         assert via_sql.equals(via_polars), name
 
@@ -270,7 +272,7 @@ def test_same_correlation_id_in_two_processes_stays_apart(tmp_path: Path) -> Non
 def test_invalid_utf8_text_is_replaced_with_a_warning(tmp_path: Path) -> None:
     import sqlite3
 
-    from specnsys.ingest.cache import SpecnsysWarning
+    from specnsys.errors import SpecnsysWarning
 
     b = NsysExportBuilder()
     b.thread(1, 1, "main")
@@ -431,7 +433,7 @@ def test_column_types_never_depend_on_the_first_rows(tmp_path: Path) -> None:
     path = tmp_path / "late.sqlite"
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE t (s TEXT, r REAL, i INTEGER, a INTEGER, b INTEGER)")
-    rows = [(None, None, None, None, None)] * 5000
+    rows: list[tuple[object, ...]] = [(None, None, None, None, None)] * 5000
     rows += [("x", 1.5, 3, None, 9), (7, 2, "zz", 4, None), (None, None, None, None, None)]
     rows += [(None, None, 2.5, b"\x01", None)]  # a real and a blob in integer columns
     con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)

@@ -27,7 +27,7 @@ def nested_ranges(draw: st.DrawFn) -> list[tuple[int, int, int | None, str, int]
         t = 0
         for _ in range(draw(st.integers(0, 14))):
             t += draw(st.integers(0, 3))  # 0: ties between boundaries
-            if stack and draw(st.booleans()):
+            if bool(stack) and draw(st.booleans()):  # bool(): no list type context for draw
                 s, phase, depth = stack.pop()
                 if t > s:  # zero-length ranges are never phases (phase_ranges_sql drops them)
                     out.append((gtid, s, t, phase, depth))
@@ -80,7 +80,7 @@ def test_polars_islands_equal_the_sql_islands(intervals) -> None:
     coded = islands_frame(frame.with_columns(pl.col("k").cast(pl.Categorical)), "k")
     assert sorted(coded.with_columns(pl.col("k").cast(pl.String)).iter_rows()) == ours
     # the per-key fallback (taken when key bands would not fit in 64 bits) agrees too
-    assert sorted(_islands_per_key(frame.lazy(), "k", pl.String).iter_rows()) == ours
+    assert sorted(_islands_per_key(frame.lazy(), "k", pl.String()).iter_rows()) == ours
     con = duckdb.connect()
     con.register("src", frame.to_arrow())
     theirs = sorted(con.execute(islands_sql("src", "k")).fetchall())

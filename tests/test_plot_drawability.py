@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
+from matplotlib.path import Path as MplPath
 
 import specnsys
 from specnsys.attribution.lanes import timeline_lanes
@@ -93,13 +95,16 @@ def test_short_ranges_are_drawn_at_a_minimum_width_with_a_note() -> None:
         "100 bars shorter than 0.2 ms (0.2% of the window) drawn 0.2 ms wide to stay visible"
     )
     fig = plots.draw(data)
-    widths = [
-        p.vertices[:, 0].max() - p.vertices[:, 0].min()
-        for c in fig.axes[0].findobj(PolyCollection)
-        for p in c.get_paths()
-    ]
+    widths = [_width(p) for c in fig.axes[0].findobj(PolyCollection) for p in c.get_paths()]
     assert len(widths) == 100 and min(widths) == pytest.approx(0.2)
-    assert all(lw == 0 for c in fig.axes[0].findobj(PolyCollection) for lw in c.get_linewidths())
+    bars = fig.axes[0].findobj(PolyCollection)
+    assert all(lw == 0 for c in bars for lw in np.atleast_1d(c.get_linewidth()))
+
+
+def _width(bar: MplPath) -> float:
+    """A drawn bar's width in data units: the x extent of its outline."""
+    xs = np.asarray(bar.vertices)[:, 0]
+    return float(xs.max() - xs.min())
 
 
 def test_wide_ranges_are_drawn_as_they_are_without_a_note() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import matplotlib.image as mpimg
 import pytest
@@ -25,7 +26,7 @@ BASE = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
 SPEC = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 
 
-def _plot(tmp_path: Path, *traces: Path) -> tuple[int, dict[str, object], Path]:
+def _plot(tmp_path: Path, *traces: Path) -> tuple[int, dict[str, Any], Path]:
     out, data_out = tmp_path / "steps.png", tmp_path / "steps.json"
     status = main(["plot", "steps", *map(str, traces), "-o", str(out), "--data", str(data_out)])
     data = json.loads(data_out.read_text()) if data_out.exists() else {}
@@ -37,7 +38,7 @@ def test_a_built_loop_draws_its_exact_quantiles(tmp_path: Path) -> None:
     trace = _loop(forwards).write(tmp_path / "t.sqlite")
     status, data, out = _plot(tmp_path, trace)
     assert status == 0 and data["not_available"] is None
-    (run,) = data["runs"]  # type: ignore[misc]
+    (run,) = data["runs"]
     assert run["steps"] == 5
     # forward p50 of 100/300/200/200/500 us is 200 us; max 500 us
     assert run["phases"]["forward"]["p50"] == pytest.approx(0.2)
@@ -51,7 +52,7 @@ def test_a_built_loop_draws_its_exact_quantiles(tmp_path: Path) -> None:
 def test_every_quantile_equals_analyze_on_the_samples(tmp_path: Path) -> None:
     status, data, _ = _plot(tmp_path, BASE, SPEC)
     assert status == 0
-    runs = {r["label"]: r for r in data["runs"]}  # type: ignore[attr-defined]
+    runs = {r["label"]: r for r in data["runs"]}
     assert set(runs) == {"baseline_chat_c4", "spec_chat_c4_k4"}
     for path in (BASE, SPEC):
         dist = specnsys.analyze(path).step_distributions
@@ -67,9 +68,9 @@ def test_every_quantile_equals_analyze_on_the_samples(tmp_path: Path) -> None:
         zeros = {p: [q for q in STEP_QUANTILES if s[q] == 0] for p, s in dist["phases"].items()}
         assert run["zero"] == {p: z for p, z in zeros.items() if z}
     # the rows hold both runs' phases, the accelerable ones of each
-    assert {"forward", "draft", "verify", "sample", TOKEN_ROW} <= set(data["rows"])  # type: ignore[arg-type]
+    assert {"forward", "draft", "verify", "sample", TOKEN_ROW} <= set(data["rows"])
     p99 = runs["spec_chat_c4_k4"]["per_token_ms"]["p99"]
-    assert f"p99 {p99:.3g} ms" in data["title"]  # type: ignore[operator]
+    assert f"p99 {p99:.3g} ms" in data["title"]
 
 
 def test_a_trace_without_decode_steps_is_refused_with_one_line(

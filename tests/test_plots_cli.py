@@ -99,6 +99,7 @@ def test_bad_input_is_one_line_and_exit_2(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code: int | str | None
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse's own checks exit from inside the parser

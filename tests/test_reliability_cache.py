@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,10 @@ def _drop_dac_capabilities() -> None:
 
 
 def _run(
-    argv: list[str], cache: Path, env: dict[str, str] | None = None, **kw: object
+    argv: list[str],
+    cache: Path,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], object] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv,
@@ -157,7 +161,7 @@ def _run(
         timeout=300,
         env={**os.environ, "SPECNSYS_CACHE_DIR": str(cache), **(env or {})},
         cwd=Path(__file__).resolve().parents[1],
-        **kw,  # type: ignore[arg-type]
+        preexec_fn=preexec_fn,
     )
 
 
@@ -212,11 +216,9 @@ def test_read_only_folder_as_cache(tmp_path: Path) -> None:
     cache = tmp_path / "ro-cache"
     cache.mkdir()
     cache.chmod(0o555)
-    kw: dict[str, object] = {}
-    if os.geteuid() == 0:
-        kw["preexec_fn"] = _drop_dac_capabilities
+    drop = _drop_dac_capabilities if os.geteuid() == 0 else None
     try:
-        done = _run(_specnsys(path), cache, **kw)
+        done = _run(_specnsys(path), cache, preexec_fn=drop)
     except subprocess.SubprocessError as exc:
         pytest.skip(f"cannot drop DAC capabilities as root: {exc}")
     finally:
@@ -271,10 +273,14 @@ def test_file_size_limit_everywhere(tmp_path: Path) -> None:
 
 
 def _batch(
-    argvs: list[list[str]], cache: Path, env: dict[str, str] | None = None, **kw: object
+    argvs: list[list[str]],
+    cache: Path,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], object] | None = None,
 ) -> list[dict]:
     """Run the command lines in one fresh Python (see tests/cli_driver); their results."""
-    done = _run([sys.executable, "-m", "tests.cli_driver", json.dumps(argvs)], cache, env, **kw)
+    argv = [sys.executable, "-m", "tests.cli_driver", json.dumps(argvs)]
+    done = _run(argv, cache, env, preexec_fn)
     assert done.returncode == 0, f"the driver itself failed: {done.stderr}"
     runs = json.loads(done.stdout)
     for run in runs:
@@ -300,7 +306,7 @@ def test_export_in_a_folder_without_search_permission(tmp_path: Path) -> None:
     path = good_loop(locked)
     (locked / "run.nsys-rep").write_bytes(b"x" * 100)
     locked.chmod(0o600)  # read and write, but no search
-    kw: dict[str, object] = {"preexec_fn": _drop_dac_capabilities} if os.geteuid() == 0 else {}
+    drop = _drop_dac_capabilities if os.geteuid() == 0 else None
     try:
         runs = _batch(
             [
@@ -310,7 +316,7 @@ def test_export_in_a_folder_without_search_permission(tmp_path: Path) -> None:
                 ["info", str(locked / "run.nsys-rep")],
             ],
             tmp_path / "cache",
-            **kw,
+            preexec_fn=drop,
         )
     finally:
         locked.chmod(0o755)

@@ -35,10 +35,10 @@ def _foreground() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _start(*args: str, **kwargs: object) -> subprocess.Popen[str]:
+def _start(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*SPECNSYS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=_foreground, **kwargs,
+        preexec_fn=_foreground,
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, note, settings
@@ -169,7 +170,7 @@ def test_cache_and_memory_give_the_same_answer(builder: NsysExportBuilder) -> No
     """The Parquet cache and the in-memory path are one model: same phase table."""
     with tempfile.TemporaryDirectory() as folder:
         path = builder.write(Path(folder) / "random.sqlite")
-        results = []
+        results: list[list[dict[str, Any]] | str] = []  # the rows, or the one-line error
         for use_cache in (False, True, True):
             try:
                 with warnings.catch_warnings():

@@ -25,13 +25,13 @@ from specnsys.ingest.cache import CHECK_HEAD_BYTES, CHECK_TAIL_BYTES
 from specnsys.ingest.memory_limits import explicit_memory_limit
 from specnsys.ingest.readonly_sql import ReadOnlyQueryError
 from tests import hostile_corpus
-from tests.cli_driver import run_one
+from tests.cli_driver import CommandRun, run_one
 from tests.conftest import SAMPLE_TRACES
 
 TRACE = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 
 
-def _one_line_error(result: dict[str, object], status: int = 2) -> str:
+def _one_line_error(result: CommandRun, status: int = 2) -> str:
     assert result["traceback"] is None, result["traceback"]
     assert result["status"] == status, (result["argv"], result["status"], result["stderr"])
     assert result["stdout"] == ""

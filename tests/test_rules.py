@@ -11,6 +11,7 @@ import pytest
 
 import specnsys
 from specnsys.attribution import (
+    PhaseBreakdown,
     PhaseRule,
     PhaseRules,
     exclusive_phase_times,
@@ -61,7 +62,7 @@ name = "^engine_step$"
 """
 
 
-def _rows(tmp_path: Path, rules: object) -> tuple[dict[str, dict], object]:
+def _rows(tmp_path: Path, rules: PhaseRules | str) -> tuple[dict[str, dict], PhaseBreakdown]:
     with specnsys.open(_engine_trace(tmp_path)) as t:
         pb = exclusive_phase_times(t, rules=rules)
     assert pb.frame["wall_ns"].sum() == pb.window_ns

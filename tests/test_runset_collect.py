@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -337,8 +338,8 @@ def test_an_interrupt_while_a_run_is_written_takes_effect_once_it_is_recorded(
     from specnsys.runset.dataset import Dataset
 
     trace = _copies(tmp_path / "t", ["baseline_chat_c4"])[0]
-    settings = {"rules": None, "pid": None, "specnsys": _version(), "labels": {},
-                "use_cache": False}  # fmt: skip
+    settings: dict[str, Any] = {"rules": None, "pid": None, "specnsys": _version(),
+                                "labels": {}, "use_cache": False}  # fmt: skip
     record = analyse_trace(str(trace), settings, {})
     written: list[str] = []
     original = Dataset._replace_partition

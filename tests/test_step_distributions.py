@@ -41,7 +41,9 @@ def _loop(forwards: list[int], kv_every: int = 2) -> NsysExportBuilder:
 
 
 def _cont(values: list[float], q: float) -> float:
-    rows = duckdb.sql(f"SELECT quantile_cont(v, {q}) FROM (SELECT unnest({values}) AS v)").fetchall()
+    rel = duckdb.sql(f"SELECT quantile_cont(v, {q}) FROM (SELECT unnest({values}) AS v)")
+    assert rel is not None
+    rows = rel.fetchall()
     return float(rows[0][0])
 
 

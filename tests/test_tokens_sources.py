@@ -18,13 +18,14 @@ import sqlite3
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import specnsys
 from specnsys.cli.main import main
 from specnsys.errors import UsageError
-from specnsys.metrics import amdahl_speedup
+from specnsys.metrics import Comparison, amdahl_speedup
 from specnsys.testing import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES
 
@@ -194,6 +195,14 @@ def close(value: float | None, truth: float, tolerance: float = TOLERANCE) -> bo
     return value is not None and abs(value / truth - 1.0) <= tolerance
 
 
+def spec_comparison(*paths: Path, **options: Any) -> Comparison:
+    """The one comparison of ``specnsys.compare(*paths)``: a baseline against a speculative
+    run, so a :class:`Comparison` (p, r, Amdahl), not a generic A/B diff."""
+    c = specnsys.compare(*paths, **options).comparisons[0]
+    assert isinstance(c, Comparison)
+    return c
+
+
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     try:
         code = main(list(args))
@@ -275,7 +284,7 @@ def pair(tmp_path: Path, k: int = 4, concurrency: int = 4, **spec: object) -> tu
 
 def test_compare_from_derived_tokens(tmp_path: Path) -> None:
     base, tb, spec, ts = pair(tmp_path)
-    c = specnsys.compare(base, spec).comparisons[0]
+    c = spec_comparison(base, spec)
     assert c.baseline.tokens_source == "forward_steps"
     assert c.spec.tokens_source == "acceptance_marks"
     assert c.speedup_basis == "per_token" and c.assumptions == []
@@ -295,7 +304,7 @@ def test_compare_detects_equal_requests(tmp_path: Path, capsys: pytest.CaptureFi
     """The speculative trace has no acceptance marks, so no token count; both served 8
     requests: the speedup compares whole runs, and says it assumed so."""
     base, tb, spec, ts = pair(tmp_path, acceptance=False)
-    c = specnsys.compare(base, spec).comparisons[0]
+    c = spec_comparison(base, spec)
     assert c.spec.tokens is None
     assert c.speedup_basis == "same_output"
     assert len(c.assumptions) == 1 and "8 requests" in c.assumptions[0]
@@ -303,7 +312,7 @@ def test_compare_detects_equal_requests(tmp_path: Path, capsys: pytest.CaptureFi
     assert c.r == tb.accelerable_ns / ts.accelerable_ns
     true_measured = (tb.window_ns / tb.tokens) / (ts.window_ns / ts.tokens)
     assert close(c.measured_speedup, true_measured, 1e-12)  # the same outputs: T cancels
-    assert c.p is not None
+    assert c.p is not None and c.r is not None
     assert c.predicted_speedup == amdahl_speedup(c.p, c.r)
     # the gap is split over the non-accelerable phases by wall deltas; the parts add up
     parts = [row["gap_contribution"] for row in c.phases.values() if not row["accelerable"]]
@@ -317,10 +326,10 @@ def test_compare_detects_equal_requests(tmp_path: Path, capsys: pytest.CaptureFi
 def test_compare_unequal_requests_stays_not_available(tmp_path: Path) -> None:
     base, _ = built(tmp_path, "base.sqlite", lengths(8, seed=1), mode="baseline")
     spec, _ = built(tmp_path, "spec.sqlite", lengths(7, seed=1), mode="spec", k=3, acceptance=False)
-    c = specnsys.compare(base, spec).comparisons[0]
+    c = spec_comparison(base, spec)
     assert c.speedup_basis is None and c.assumptions == []
     assert c.measured_speedup is None and "--same-output" in c.not_available["measured_speedup"]
-    c = specnsys.compare(base, spec, same_output=True).comparisons[0]
+    c = spec_comparison(base, spec, same_output=True)
     assert c.speedup_basis == "same_output" and "given" in c.assumptions[0]
     assert c.measured_speedup is not None
 
@@ -335,10 +344,10 @@ def test_same_output_without_any_token_count(
     spec, ts = built(
         tmp_path, "spec.sqlite", lens, mode="spec", k=4, requests=False, acceptance=False
     )
-    plain = specnsys.compare(base, spec).comparisons[0]
+    plain = spec_comparison(base, spec)
     assert plain.baseline.tokens is None and plain.spec.tokens is None
     assert plain.r is None and plain.measured_speedup is None and plain.predicted_speedup is None
-    c = specnsys.compare(base, spec, same_output=True).comparisons[0]
+    c = spec_comparison(base, spec, same_output=True)
     wb, ws = c.baseline.window_ns, c.spec.window_ns
     assert c.measured_speedup == wb / ws
     assert c.r == c.baseline.accelerable_ns / c.spec.accelerable_ns
@@ -381,7 +390,7 @@ def test_compare_tokens_override_per_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base, tb, spec, ts = pair(tmp_path, acceptance=False)
-    c = specnsys.compare(base, spec, tokens=[tb.tokens, ts.tokens]).comparisons[0]
+    c = spec_comparison(base, spec, tokens=[tb.tokens, ts.tokens])
     assert (c.baseline.tokens_source, c.spec.tokens_source) == ("given", "given")
     assert c.speedup_basis == "per_token" and c.assumptions == []
     assert c.measured_speedup == pytest.approx(
@@ -420,7 +429,7 @@ def test_plot_amdahl_same_output_and_tokens(
     spec, _ = built(tmp_path, "spec.sqlite", lens, mode="spec", k=2, requests=False,
                     acceptance=False)  # fmt: skip
     assert specnsys.figure("amdahl", base, spec).data["points"] == []
-    same = specnsys.compare(base, spec, same_output=True).comparisons[0]
+    same = spec_comparison(base, spec, same_output=True)
     data = tmp_path / "amdahl.json"
     args = ["plot", "amdahl", str(base), str(spec), "-o", str(tmp_path / "a.svg"), "--data",
             str(data)]  # fmt: skip
@@ -432,6 +441,7 @@ def test_plot_amdahl_same_output_and_tokens(
     code, _, err = cli(capsys, *args, "--tokens", "200", "--tokens", "100")
     assert code == 0, err
     points = {pt["kind"]: pt for pt in json.loads(data.read_text())["points"]}
+    assert same.measured_speedup is not None
     assert points["measured"]["speedup"] == pytest.approx(same.measured_speedup / 2)  # T_b = 2 T_s
 
 
@@ -554,6 +564,6 @@ def test_samples_without_their_token_marks(tmp_path: Path, name: str) -> None:
     else:
         assert with_marks.tokens < without.tokens <= with_marks.tokens * 1.03  # measured +2.7%
     if expected == "acceptance_marks":
-        c = specnsys.compare(SAMPLE_TRACES / "baseline_chat_c4.sqlite", copy).comparisons[0]
+        c = spec_comparison(SAMPLE_TRACES / "baseline_chat_c4.sqlite", copy)
         assert c.r is not None and c.p is not None and c.measured_speedup is not None
         assert c.predicted_speedup == amdahl_speedup(c.p, c.r)
