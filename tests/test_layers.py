@@ -15,7 +15,8 @@ Layers, top to bottom (a module may import its own layer and any layer below it)
     report                   text, JSON, figures and HTML from results
     metrics, forecasting     numbers from an attributed trace; the cost model and forecasts
     attribution              what each span of time and GPU operation belongs to
-    ingest, readers          export (nsys, or another reader's format) -> model -> cache
+    ingest, model, readers   export (nsys, or another reader's format) -> model -> cache;
+                             model: the declared tables and columns every reader fills
 
 Base modules (errors, the vocabulary, the test-trace builder) import only each other and may
 be imported from anywhere; so may ``__version__`` from the package (a constant defined before
@@ -40,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # top to bottom
     ("specnsys.render",),
     ("specnsys.metrics", "specnsys.forecasting"),
     ("specnsys.attribution",),
-    ("specnsys.ingest", "specnsys.readers"),
+    ("specnsys.ingest", "specnsys.model", "specnsys.readers"),
 )
 BASE = (
     "specnsys.errors", "specnsys.vocabulary", "specnsys.small_files", "specnsys.testing",
