@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from specnsys.errors import SpecnsysWarning
-from specnsys.ingest.model import MODEL_VERSION
+from specnsys.model import MODEL_VERSION
 
 MANIFEST = "manifest.json"
 
@@ -287,6 +287,11 @@ def _root_lock(root: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+#: The entries this process reused (folder -> the file they model) since the last
+#: :func:`specnsys.ingest.trace.rebuilt_once` began: where a read failure may come from.
+ENTRIES_READ: dict[Path, Path] = {}
 
 
 def unreadable_file(folder: Path) -> tuple[str, str] | None:
