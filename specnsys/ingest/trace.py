@@ -12,7 +12,7 @@ import shutil
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -136,14 +136,18 @@ class Trace:
         # __init__ sets exactly one of cache_folder and _arrow
         return cast(Path, self.cache_folder) / f"{name}.parquet"
 
-    def load_derived(self, kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    def load_derived(self, kind: str, key: Mapping[str, object]) -> dict[str, Any] | None:
         """A result of *kind* stored for *key* by :meth:`store_derived` from this same export
-        (None when the trace has no cache entry or nothing was stored)."""
+        (None when the trace has no cache entry or nothing was stored). Its values are as
+        JSON read them back, in the shape the caller stored: left unchecked here, as each
+        caller knows its own result's fields, which one type here could not say."""
         if self.cache_folder is None:
             return None
         return cache.read_derived(self.cache_folder, kind, key)
 
-    def store_derived(self, kind: str, key: dict[str, Any], value: dict[str, Any]) -> None:
+    def store_derived(
+        self, kind: str, key: Mapping[str, object], value: Mapping[str, object]
+    ) -> None:
         """Keep a JSON-able result computed from this trace beside its cached model, so the
         next run on the unchanged export skips the computation (nothing without a cache)."""
         if self.cache_folder is not None:

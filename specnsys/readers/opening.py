@@ -50,11 +50,13 @@ def open_with(reader: Reader, path: Path, root: Path | None) -> OpenedModel:
     folder = key.folder(root) if root is not None else None
     if folder is not None:
         manifest = cache.load_manifest(folder, key)
-        notes = cache.read_derived(folder, NOTES, key.__dict__)
-        if manifest is not None and notes is not None:
+        stored = cache.read_derived(folder, NOTES, key.__dict__)
+        notes = None if stored is None else stored.get("notes")
+        if manifest is not None and isinstance(notes, list):
             summary = TraceSummary.from_dict(manifest["summary"])
             summary.version = reader.restore(summary.version)
-            return _said(OpenedModel(summary, folder, None, True, list(notes["notes"])), path)
+            said = [str(note) for note in notes]
+            return _said(OpenedModel(summary, folder, None, True, said), path)
     built = reader.build(path)
     require_unchanged(path, identity)  # never keep a model of a file rewritten meanwhile
     summary = _summary(built)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import stat
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specnsys.errors import BadInputError
 from specnsys.ingest.cache import CacheKey
@@ -122,7 +122,7 @@ def _kinds(counts: Counter[str], limit: int = _SHOWN_KINDS) -> str:
     return (shown + more) or "none"
 
 
-def _version(metadata: dict[str, Any], events: RawEvents, origin: int) -> KinetoVersion:
+def _version(metadata: Mapping[str, object], events: RawEvents, origin: int) -> KinetoVersion:
     """The trace's provenance: its schema version and scalar top-level fields (trace name,
     base time, host), the event kinds seen and those the model does not hold."""
     params = {

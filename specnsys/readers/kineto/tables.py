@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -366,7 +366,7 @@ def _threads(raw: pa.Table, pids: pl.Series) -> pl.DataFrame:
     return _conform("threads", frame.with_columns(_global("pid", "tid").alias("global_tid")))
 
 
-def _gpus(metadata: Mapping[str, Any]) -> pl.DataFrame:
+def _gpus(metadata: Mapping[str, object]) -> pl.DataFrame:
     """``deviceProperties`` (Kineto's list of CUDA devices) as ``gpus`` rows."""
     devices = metadata.get("deviceProperties")
     rows = []
@@ -374,7 +374,7 @@ def _gpus(metadata: Mapping[str, Any]) -> pl.DataFrame:
         if not isinstance(device, dict):
             continue
 
-        def number(key: str, d: dict[str, Any] = device) -> int | None:
+        def number(key: str, d: Mapping[str, object] = device) -> int | None:
             value = d.get(key)
             return value if type(value) is int else None
 
@@ -411,7 +411,7 @@ class Model:
     shared_launches: int
 
 
-def model_tables(raw: Mapping[str, pa.Table], metadata: Mapping[str, Any]) -> Model:
+def model_tables(raw: Mapping[str, pa.Table], metadata: Mapping[str, object]) -> Model:
     """The fourteen model tables (Arrow, typed as the nsys reader types them) of one trace's
     raw columns (:class:`~specnsys.readers.kineto.events.RawEvents`) and its top-level
     *metadata*."""
