@@ -1,8 +1,8 @@
 """Every reader builds exactly the declared model (specnsys/model/): the same tables, column
 names, Arrow types and order, and no NULL in a column declared NOT NULL.
 
-The nsys path on every sample capture, on real corpus exports of the oldest and newest
-layouts, on a built export with a row in every source table and on a built pre-2022 export;
+The nsys path on every sample capture, on every real corpus export (2020.3 to 2026.2), on a
+built export with a row in every source table and on a built pre-2022 export;
 the Kineto reader on built Chrome traces. Each is checked as built in memory and as read back
 from its cache entry (the Parquet files every later run reads).
 """
@@ -19,16 +19,8 @@ from specnsys.ingest.model import MODEL, NAME_REFERENCES
 from specnsys.model import MODEL_SCHEMA, MODEL_TABLES, ColumnType, table_schema
 from specnsys.readers.kineto import KINETO
 from specnsys.testing.builder import NsysExportBuilder
-from tests.conftest import CORPUS, SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, corpus_files
 from tests.kineto_builder import ChromeTrace
-
-#: Real exports: the oldest layout (2020.3, no metadata), CUDA graphs traced by node, and two
-#: GPUs with metrics; each is small.
-CORPUS_EXPORTS = (
-    "2020.3.2_quasiben_cupy.sqlite",
-    "2026.2.1_jacc_cgtrace.sqlite",
-    "2026.2.1_nsysai_h100-2gpu-1s.sqlite",
-)
 
 
 def _mismatches(tables: dict[str, pa.Table]) -> list[str]:
@@ -107,11 +99,11 @@ def test_the_nsys_path_builds_the_declared_model_on_the_samples(name: str, use_c
     assert _mismatches(_opened_tables(SAMPLE_TRACES / name, use_cache=use_cache)) == []
 
 
-@pytest.mark.parametrize("name", CORPUS_EXPORTS)
-def test_the_nsys_path_builds_the_declared_model_on_real_exports(name: str) -> None:
-    path = CORPUS / name
-    if not path.is_file():
-        pytest.skip(f"corpus export {path} not present")
+@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.name)
+def test_the_nsys_path_builds_the_declared_model_on_real_exports(
+    path: Path, corpus_cache: Path
+) -> None:
+    """Every version's layout (the cached model shared with the other corpus tests)."""
     for use_cache in (False, True):
         assert _mismatches(_opened_tables(path, use_cache=use_cache)) == [], use_cache
 
