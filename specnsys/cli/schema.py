@@ -1,7 +1,7 @@
 """``specnsys schema``: every table and column of the trace model, with its type and meaning.
 
-No trace is needed: the types are those of a model the ingest code builds (see
-:mod:`specnsys.ingest.reference`), the same for every export.
+No trace is needed: the tables are declared (:mod:`specnsys.model`), the same for every
+export and every reader (see :mod:`specnsys.ingest.reference`).
 """
 
 from __future__ import annotations

@@ -30,13 +30,12 @@ import stat
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specnsys.errors import SpecnsysWarning
-from specnsys.ingest.model import MODEL_VERSION
+from specnsys.model import MODEL_VERSION
 
 MANIFEST = "manifest.json"
 
@@ -110,7 +109,7 @@ def usable_root() -> Path | None:
     return root
 
 
-def _file_check(path: Path) -> dict[str, Any]:
+def _file_check(path: Path) -> dict[str, int | str]:
     """Size and digest of both ends of one cached file (see :data:`CHECK_TAIL_BYTES`)."""
     digest = hashlib.blake2b(digest_size=16)
     with path.open("rb") as handle:
@@ -121,13 +120,15 @@ def _file_check(path: Path) -> dict[str, Any]:
     return {"size": size, "ends": digest.hexdigest()}
 
 
-def load_manifest(folder: Path, key: CacheKey) -> dict[str, Any] | None:
+def load_manifest(folder: Path, key: CacheKey) -> dict[str, object] | None:
     """The manifest of a complete, undamaged entry for *key*, or None when there is none to
     reuse (absent, stale, damaged, or not owned by this user)."""
     try:
         if _untrusted(os.stat(folder)) is not None:
             return None
-        manifest: dict[str, Any] = json.loads((folder / MANIFEST).read_text())
+        manifest = json.loads((folder / MANIFEST).read_text())
+        if not isinstance(manifest, dict):
+            return None
         if manifest.get("key") != key.__dict__ or manifest.get("model_version") != MODEL_VERSION:
             return None
         files = manifest.get("files") or {}
@@ -229,7 +230,7 @@ def _fsync(path: Path, directory: bool = False) -> None:
 
 
 def commit(
-    tmp: Path, folder: Path, key: CacheKey, tables: list[str], summary: dict[str, Any]
+    tmp: Path, folder: Path, key: CacheKey, tables: list[str], summary: Mapping[str, object]
 ) -> Path:
     """Write the manifest, sync the entry to disk and rename it into place; returns the
     folder to read from.
@@ -289,6 +290,11 @@ def _root_lock(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
+#: The entries this process reused (folder -> the file they model) since the last
+#: :func:`specnsys.ingest.trace.rebuilt_once` began: where a read failure may come from.
+ENTRIES_READ: dict[Path, Path] = {}
+
+
 def unreadable_file(folder: Path) -> tuple[str, str] | None:
     """``(file, why)`` for the first table file of the entry in *folder* that does not read
     to its end, or None when every one does.
@@ -329,22 +335,30 @@ def drop_entry(folder: Path) -> None:
 DERIVED = "derived"
 
 
-def _derived_file(folder: Path, kind: str, key: dict[str, Any]) -> Path:
+def _derived_file(folder: Path, kind: str, key: Mapping[str, object]) -> Path:
     payload = json.dumps({"kind": kind, "model": MODEL_VERSION, **key}, sort_keys=True, default=str)
     return folder / DERIVED / f"{kind}-{hashlib.sha256(payload.encode()).hexdigest()[:24]}.json"
 
 
-def read_derived(folder: Path, kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
+def read_derived(
+    folder: Path, kind: str, key: Mapping[str, object]
+) -> dict[str, object] | None:
     """A result derived from the entry in *folder* (see :func:`write_derived`), or None."""
     try:
         doc = json.loads(_derived_file(folder, kind, key).read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(doc, dict):
+        return None
+    value = doc.get("value")
     # the key is stored too: a hash collision can never hand back another result
-    return doc.get("value") if doc.get("key") == json.loads(json.dumps(key, default=str)) else None
+    same_key = doc.get("key") == json.loads(json.dumps(key, default=str))
+    return value if same_key and isinstance(value, dict) else None
 
 
-def write_derived(folder: Path, kind: str, key: dict[str, Any], value: dict[str, Any]) -> None:
+def write_derived(
+    folder: Path, kind: str, key: Mapping[str, object], value: Mapping[str, object]
+) -> None:
     """Store a result computed from the entry in *folder* (an analysis of the same export), so
     a later run with the same *key* reads it instead of recomputing it. The file lives inside
     the entry, so it goes stale and is dropped with it. Best effort: a cache that cannot be

@@ -1,6 +1,8 @@
-"""The normalized trace model: stable table names, column names and types for every nsys version.
+"""How an nsys export becomes the trace model: each model table's source reads and normalization.
 
-Each model table is defined by the source table(s) it reads, the raw columns it needs (read by
+The model's tables and columns (names, types, nullability, meanings) are declared in
+:mod:`specnsys.model`; this module says how the nsys reader fills them. Each model table is
+defined by the source table(s) it reads, the raw columns it needs (read by
 :mod:`specnsys.ingest.sqlite_reader`, all-NULL when a version lacks them) and one DuckDB query
 that turns the raw Arrow columns into the model's columns (for the three big tables, NVTX
 events, runtime calls and kernels, an Arrow function does the same at a fraction of the cost).
@@ -33,25 +35,9 @@ from specnsys.ingest.normalize import (
 )
 from specnsys.ingest.sqlite_reader import RawColumn, SqliteExport
 
-#: Bump when the model's tables or columns change, so old caches are not reused.
-MODEL_VERSION = 5  # 4: osrt, cpu_samples; 5: text that is no number NULL, summary counts
-
-MODEL_TABLES = (
-    "threads",
-    "processes",
-    "nvtx",
-    "runtime",
-    "kernels",
-    "memcpy",
-    "memset",
-    "graphs",
-    "graph_nodes",
-    "sync",
-    "gpu_metrics",
-    "gpus",
-    "osrt",
-    "cpu_samples",
-)
+# The declaration's names, here too for the modules that read them beside the definitions.
+from specnsys.model import MODEL_TABLES as MODEL_TABLES
+from specnsys.model import MODEL_VERSION as MODEL_VERSION
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND, hard-coded because ENUM tables are optional.
 COPY_KINDS = {

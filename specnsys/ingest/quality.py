@@ -111,7 +111,7 @@ QUALITY_VERSION = 2  # 2: unknown NVTX event types, dangling string ids, inexact
 #: NVTX event types nsys writes that are neither ranges nor marks and carry nothing the
 #: analyses read, besides the definitions of :data:`~specnsys.ingest.normalize.NVTX_KINDS`:
 #: the names of CUDA devices, contexts and streams (97-99, ENUM_NSYS_EVENT_TYPE; see
-#: /work/shared/reference/nsys-sqlite-schema.md). Any other type of kind ``other`` is one the
+#: /work/shared/reference/nsys-sqlite-schema.md). Every other type of kind ``other`` is one the
 #: analyses drop: said, with its count (none of the 37 real exports has one).
 NVTX_NAMING_TYPES = (97, 98, 99)
 _UNKNOWN_TYPES_SHOWN = 5
@@ -308,13 +308,13 @@ def _export_warnings(trace: Trace) -> list[str]:
                         "writes; its rows were read without them (not an nsys layout?)"
                     )
             if {"id", "value"} <= set(export.columns("StringIds")):
-                rows = export.query(
+                (count,) = export.query(
                     "SELECT count(*) FROM (SELECT id FROM StringIds GROUP BY id "
                     "HAVING count(DISTINCT value) > 1)"
-                )
-                if rows[0][0]:
+                )[0]
+                if count:
                     found.append(
-                        f"{rows[0][0]} string id(s) have more than one value in StringIds; "
+                        f"{int(count)} string id(s) have more than one value in StringIds; "
                         "one of them is used for each"
                     )
     except SpecnsysError:

@@ -75,7 +75,7 @@ READ_ONLY_PRAGMAS = frozenset(
 )
 
 #: Table functions (and table macros) of DuckDB 2.0 that only read: catalog listings, series,
-#: file readers. Any other table function in a query is refused; DuckDB 2.0's others
+#: file readers. Every other table function in a query is refused; DuckDB 2.0's others
 #: (``enable_logging``, ``enable_profiling``, ``disable_*``, ``checkpoint``,
 #: ``force_checkpoint``, ``truncate_duckdb_logs``, ``query``, ``json_execute_serialized_sql``,
 #: ``*_grammar_extension``, ``*_external_resource*``, the ``*arrow_scan``/``pandas_scan``/

@@ -43,7 +43,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from specnsys.errors import BadInputError, SpecnsysWarning
 from specnsys.ingest.input_file import validate_sqlite_file
@@ -52,6 +52,9 @@ if TYPE_CHECKING:  # pyarrow loads on the first read: opening a cached model nev
     import pyarrow as pa
 
 ColumnKind = Literal["int", "real", "text"]
+
+#: What SQLite hands back for one value of a row (its storage classes).
+SqliteValue = int | float | str | bytes | None
 
 #: Rows per rowid slice: small enough that a few slices in flight cost little memory and two
 #: cores stay balanced, large enough to amortize a query (and to make a good Parquet row group).
@@ -232,11 +235,11 @@ class SqliteExport:
         with self._inexact_lock:
             return dict(self._inexact)
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[SqliteValue, ...]]:
         """Run a small query (metadata, counts) and return its rows."""
         return self._query(sql, params)
 
-    def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[SqliteValue, ...]]:
         try:
             with self._lock:  # the model is built on several threads
                 return self._con.execute(sql, params).fetchall()
@@ -413,7 +416,7 @@ class SqliteExport:
         lo, hi = self._query(
             f"SELECT (SELECT min(rowid) FROM {_quote(table)}), (SELECT max(rowid) FROM {_quote(table)})"
         )[0]
-        if lo is None:
+        if lo is None or hi is None:
             return [""]
         lo, hi = int(lo), int(hi)
         span = hi - lo + 1

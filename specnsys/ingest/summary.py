@@ -7,7 +7,7 @@ instead of producing a number the trace cannot back.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from specnsys.errors import BadInputError
 from specnsys.ingest.schema import SchemaVersion
@@ -66,12 +66,64 @@ class TraceSummary:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TraceSummary:
-        data = dict(data)
-        data.pop("span_ns", None)
-        data["version"] = SchemaVersion(**data["version"])
-        data["capabilities"] = {k: Capability(**v) for k, v in data["capabilities"].items()}
-        return cls(**data)
+    def from_dict(cls, data: object) -> TraceSummary:
+        """The summary :meth:`to_dict` wrote (a cache manifest's JSON); a TypeError or
+        KeyError for a document that is none (each field is checked to be of its type)."""
+        doc = _of(dict, data)
+        version = _of(dict, doc["version"])
+        return cls(
+            version=SchemaVersion(
+                product_version=_optional(str, version["product_version"]),
+                schema_version=_optional(str, version["schema_version"]),
+                meta_table=_optional(str, version["meta_table"]),
+                era_estimate=_of(str, version["era_estimate"]),
+                export_params=_mapping(str, version["export_params"]),
+            ),
+            source_tables=_items(str, doc["source_tables"]),
+            row_counts=_mapping(int, doc["row_counts"]),
+            source_row_counts=_mapping(int, doc["source_row_counts"]),
+            span_start_ns=_optional(int, doc["span_start_ns"]),
+            span_end_ns=_optional(int, doc["span_end_ns"]),
+            nvtx_kinds=_mapping(int, doc["nvtx_kinds"]),
+            nvtx_domains=_items(str, doc["nvtx_domains"]),
+            processes=_items(dict, doc["processes"]),
+            capabilities={
+                name: Capability(_of(bool, c["available"]), _of(str, c["reason"]))
+                for name, c in _mapping(dict, doc["capabilities"]).items()
+            },
+            dangling_string_ids=_mapping(int, doc.get("dangling_string_ids", {})),
+            inexact_values=_mapping(int, doc.get("inexact_values", {})),
+        )
+
+
+_T = TypeVar("_T")
+
+
+def _of(kind: type[_T], value: object) -> _T:
+    """*value*, which JSON read back, checked to be a *kind* (a TypeError otherwise)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"a trace summary holds a {type(value).__name__} for a {kind.__name__}")
+    return value
+
+
+def _optional(kind: type[_T], value: object) -> _T | None:
+    return None if value is None else _of(kind, value)
+
+
+def _items(kind: type[_T], value: object) -> list[_T]:
+    """A JSON array whose items are each a *kind* (the list itself, not a copy)."""
+    items = _of(list, value)
+    for item in items:
+        _of(kind, item)
+    return cast("list[_T]", items)
+
+
+def _mapping(kind: type[_T], value: object) -> dict[str, _T]:
+    """A JSON object whose values are each a *kind* (the dict itself, not a copy)."""
+    entries = _of(dict, value)
+    for item in entries.values():
+        _of(kind, item)
+    return cast("dict[str, _T]", entries)
 
 
 #: A time further than this from the session start (36.5 years) is garbage, not a measurement;
@@ -122,7 +174,7 @@ def summarize(
         ]
         + ["SELECT min(timestamp), max(timestamp) FROM cpu_samples"]
     )
-    lo, hi = _one_row(con, f"SELECT min(lo), max(hi) FROM ({bounds})")
+    lo, hi = con.execute(f"SELECT min(lo), max(hi) FROM ({bounds})").fetchall()[0]
     kinds = dict(con.execute("SELECT kind, count(*) FROM nvtx GROUP BY kind ORDER BY kind").fetchall())
     domains = [
         d
@@ -146,10 +198,10 @@ def summarize(
     return summary
 
 
-def _one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...]:
-    """The single row of an aggregate *sql*, fetched to the end (``fetchone`` would leave the
+def _counts(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[int, ...]:
+    """The counts in the single row of *sql*, fetched to the end (``fetchone`` would leave the
     result open, and DuckDB refuses the connection's next statement until it is finished)."""
-    return con.execute(sql).fetchall()[0]
+    return tuple(int(n) for n in con.execute(sql).fetchall()[0])
 
 
 def _processes(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
@@ -190,14 +242,12 @@ def _processes(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
 
 def _capabilities(con: duckdb.DuckDBPyConnection, s: TraceSummary) -> dict[str, Capability]:
     ranges = s.nvtx_kinds.get("push_pop", 0) + s.nvtx_kinds.get("start_end", 0)
-    api = int(_one_row(con, f"SELECT count(*) FROM runtime WHERE {API_CALL_SQL}")[0])
+    (api,) = _counts(con, f"SELECT count(*) FROM runtime WHERE {API_CALL_SQL}")
     gpu_ops = sum(s.row_counts.get(t, 0) for t in ("kernels", "memcpy", "memset", "graphs"))
-    osrt = int(_one_row(con, f"SELECT count(*) FROM osrt WHERE {OSRT_CALL_SQL}")[0])
+    (osrt,) = _counts(con, f"SELECT count(*) FROM osrt WHERE {OSRT_CALL_SQL}")
     samples = s.row_counts.get("cpu_samples", 0)
-    bandwidth = int(
-        _one_row(con, "SELECT count(*) FROM gpus WHERE memory_bandwidth > 0")[0]
-    )
-    specnsys_ranges, specnsys_marks, specnsys_domain = _one_row(
+    (bandwidth,) = _counts(con, "SELECT count(*) FROM gpus WHERE memory_bandwidth > 0")
+    specnsys_ranges, specnsys_marks, specnsys_domain = _counts(
         con,
         f"""SELECT count(*) FILTER (WHERE kind IN ('push_pop', 'start_end') AND domain = '{DOMAIN}'),
                   count(*) FILTER (WHERE kind = 'mark' AND domain = '{DOMAIN}'

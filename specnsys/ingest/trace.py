@@ -1,20 +1,18 @@
-"""``open(path) -> Trace``: an nsys export as DuckDB views and Polars LazyFrames over one model.
+"""``open(path) -> Trace``: a trace as DuckDB views and Polars LazyFrames over one model.
 
-Both engines read the same columnar data: the Parquet files of the cache entry (or, when no
-cache can be written, the same Arrow tables in memory). Nothing passes through Python rows.
+The trace's reader (:func:`specnsys.readers.reader_for`: an nsys export's, a Chrome trace's)
+opens its model; both engines then read the same columnar data: the Parquet files of the
+cache entry (or, when no cache can be written, the same Arrow tables in memory). Nothing
+passes through Python rows.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import shutil
-import tempfile
 import time
-import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -23,29 +21,26 @@ import polars as pl
 from specnsys.errors import SpecnsysWarning, UsageError
 from specnsys.ingest import cache
 from specnsys.ingest.arrow_values import arrow_frame
-from specnsys.ingest.build import SCRATCH_PREFIX, BuildNotes, build_model
-from specnsys.ingest.input_file import file_identity, require_unchanged, validate_sqlite_file
-from specnsys.ingest.interrupts import interruptible
-from specnsys.ingest.memory_limits import (
-    ANALYSIS_MEMORY_FRACTION,
-    ANALYSIS_MEMORY_MIN,
-    duckdb_memory_limit,
-    explicit_memory_limit,
+from specnsys.ingest.connection import (
+    SCRATCH_PREFIXES,
+    SPILL_PREFIX,
+    analysis_connection,
+    model_views,
 )
-from specnsys.ingest.model import MODEL_TABLES
-from specnsys.ingest.nsys_rep import EXPORT_PREFIX, export_report_if_needed
+from specnsys.ingest.memory_limits import explicit_memory_limit
 from specnsys.ingest.readonly_sql import check_read_only
-from specnsys.ingest.schema import (
-    detect_version,
-    require_events,
-    require_nsys_tables,
-)
-from specnsys.ingest.sqlite_reader import SqliteExport
-from specnsys.ingest.summary import TraceSummary, require_plausible_times, summarize
+from specnsys.ingest.summary import TraceSummary, require_plausible_times
+from specnsys.model import MODEL_TABLES
 
 if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run needs neither)
     import duckdb
     import pyarrow as pa
+
+# analysis_connection and the scratch prefixes are here too: where they were defined first.
+__all__ = [
+    "SCRATCH_PREFIXES", "SPILL_PREFIX", "Trace", "analysis_connection", "open_trace",
+    "rebuilt_once",
+]  # fmt: skip
 
 
 class Trace:
@@ -102,7 +97,7 @@ class Trace:
             if self._closed:
                 raise UsageError(f"the trace {self.path} is closed")
             con = analysis_connection(self._export_bytes)
-            self._con = _model_views(con, self.cache_folder, self._arrow)
+            self._con = model_views(con, self.cache_folder, self._arrow)
         return self._con
 
     def sql(self, query: str) -> duckdb.DuckDBPyRelation:
@@ -141,14 +136,18 @@ class Trace:
         # __init__ sets exactly one of cache_folder and _arrow
         return cast(Path, self.cache_folder) / f"{name}.parquet"
 
-    def load_derived(self, kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    def load_derived(self, kind: str, key: Mapping[str, object]) -> dict[str, Any] | None:
         """A result of *kind* stored for *key* by :meth:`store_derived` from this same export
-        (None when the trace has no cache entry or nothing was stored)."""
+        (None when the trace has no cache entry or nothing was stored). Its values are as
+        JSON read them back, in the shape the caller stored: left unchecked here, as each
+        caller knows its own result's fields, which one type here could not say."""
         if self.cache_folder is None:
             return None
         return cache.read_derived(self.cache_folder, kind, key)
 
-    def store_derived(self, kind: str, key: dict[str, Any], value: dict[str, Any]) -> None:
+    def store_derived(
+        self, kind: str, key: Mapping[str, object], value: Mapping[str, object]
+    ) -> None:
         """Keep a JSON-able result computed from this trace beside its cached model, so the
         next run on the unchanged export skips the computation (nothing without a cache)."""
         if self.cache_folder is not None:
@@ -208,42 +207,6 @@ def _quoted(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-#: Private temporary folders of specnsys processes (DuckDB's spills while analyzing or
-#: building, ``.nsys-rep`` exports read without a cache): ``<prefix><pid>-...``.
-SPILL_PREFIX = "specnsys-spill-"
-SCRATCH_PREFIXES = (SPILL_PREFIX, SCRATCH_PREFIX, EXPORT_PREFIX)
-
-
-@functools.cache
-def _sweep_scratch() -> None:
-    """Once per process: remove the scratch folders of specnsys processes that died without
-    cleaning up (SIGKILL, a crash), from the temporary folder."""
-    cache.sweep_stale(Path(tempfile.gettempdir()), SCRATCH_PREFIXES)
-
-
-def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection for analyses: quiet, bounded, spilling into a private temp folder.
-
-    DuckDB draws a progress bar on stdout for queries over about two seconds (on a large
-    trace that corrupts ``--json`` output), and spills to ``.tmp`` in the working directory by
-    default (writing beside whatever the user ran from); both are turned away here. With
-    *export_bytes*, its memory is limited in proportion to the export (see
-    :func:`~specnsys.ingest.memory_limits.duckdb_memory_limit`), trading some time for a
-    much lower peak (docs/performance.md#memory-limits).
-    """
-    import duckdb
-
-    _sweep_scratch()
-    con = interruptible(duckdb.connect())
-    con.execute("SET enable_progress_bar = false")
-    if export_bytes is not None:
-        limit = duckdb_memory_limit(export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN)
-        con.execute("SET memory_limit = ?", [limit])
-    spill = Path(tempfile.gettempdir()) / f"{cache.tmp_prefix(SPILL_PREFIX)}{uuid.uuid4().hex[:8]}"
-    con.execute("SET temp_directory = ?", [str(spill)])
-    return con
-
-
 def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
     """Open an nsys ``.sqlite`` export (or ``.nsys-rep`` report, with ``nsys`` on PATH), or
     a trace another reader recognizes by its content (``specnsys.readers``: a PyTorch-profiler
@@ -255,107 +218,22 @@ def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
     started = time.perf_counter()
     explicit_memory_limit()  # a bad SPECNSYS_MEMORY_LIMIT is refused warm or cold alike
     root = cache.usable_root() if use_cache and not cache.cache_disabled() else None
-    from specnsys.readers import open_model, reader_for
+    from specnsys.readers import reader_for
 
-    reader = reader_for(Path(path))
-    if reader is not None:
-        opened = open_model(reader, Path(path), root)
-        return Trace(
-            Path(path), opened.summary, parquet_folder=opened.folder,
-            arrow_tables=opened.tables, from_cache=opened.from_cache,
-            open_seconds=time.perf_counter() - started,
-        )  # fmt: skip
-    sqlite_path, scratch = export_report_if_needed(Path(path), root)
+    opened = reader_for(Path(path)).open(Path(path), root)
     try:
-        # an export in a private folder has a name of its own each time: no entry to key on it
-        trace = _open_export(sqlite_path, root if scratch is None else None, started)
+        trace = Trace(
+            opened.path or Path(path), opened.summary, parquet_folder=opened.folder,
+            arrow_tables=opened.tables, from_cache=opened.from_cache,
+            open_seconds=time.perf_counter() - started, connection=opened.connection,
+        )  # fmt: skip
     except BaseException:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        opened.release()
         raise
-    if scratch is not None:
-        trace.remove_when_closed(scratch)
+    if opened.scratch is not None:
+        trace.remove_when_closed(opened.scratch)
     return trace
 
-
-def _open_export(sqlite_path: Path, root: Path | None, started: float) -> Trace:
-    """The trace of one SQLite export, from its entry under the cache *root* when there is a
-    valid one, else built (into a new entry when *root* is given, else in memory)."""
-    validate_sqlite_file(sqlite_path)  # a directory, a text file...: said before the identity
-    identity = file_identity(sqlite_path)  # before the first read: see require_unchanged
-    with SqliteExport(sqlite_path) as export:
-        require_nsys_tables(export)
-        version = detect_version(export)
-        size, mtime_ns, fingerprint = identity
-        key = cache.CacheKey(
-            str(sqlite_path.resolve()), size, mtime_ns, fingerprint, version.schema_version,
-            version.product_version,
-        )
-        folder = key.folder(root) if root is not None else None
-        if folder is not None:
-            manifest = cache.load_manifest(folder, key)
-            if manifest is not None:
-                _ENTRIES_READ[folder] = sqlite_path  # see rebuilt_once
-                summary = TraceSummary.from_dict(manifest["summary"])
-                return Trace(
-                    sqlite_path, summary, parquet_folder=folder, from_cache=True,
-                    open_seconds=time.perf_counter() - started,
-                )
-        require_events(export)
-        tmp = cache.begin(folder) if folder is not None else None
-        if tmp is not None:
-            assert folder is not None
-            try:
-                notes = BuildNotes()
-                build_model(export, tmp, notes)
-                with _closed_on_error(analysis_connection(size)) as con:
-                    summary = _noted(
-                        summarize(
-                            _model_views(con, tmp, None), version, export.tables,
-                            list(MODEL_TABLES),
-                        ),
-                        export, notes,
-                    )  # fmt: skip
-                    require_unchanged(sqlite_path, identity)  # never cache a mixed model
-                    final = cache.commit(tmp, folder, key, list(MODEL_TABLES), summary.to_dict())
-                    return Trace(
-                        sqlite_path, summary, parquet_folder=final,
-                        open_seconds=time.perf_counter() - started,
-                        connection=_model_views(con, final, None),
-                    )
-            except OSError as exc:
-                cache.abandon(tmp, exc)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)  # bad input (or a bug): no half entry
-                raise
-        notes = BuildNotes()
-        tables = build_model(export, None, notes)
-        assert tables is not None
-        require_unchanged(sqlite_path, identity)
-        with _closed_on_error(analysis_connection(size)) as con:
-            summary = _noted(
-                summarize(
-                    _model_views(con, None, tables), version, export.tables, list(MODEL_TABLES)
-                ),
-                export, notes,
-            )  # fmt: skip
-            return Trace(
-                sqlite_path, summary, arrow_tables=tables,
-                open_seconds=time.perf_counter() - started, connection=con,
-            )
-
-
-def _noted(summary: TraceSummary, export: SqliteExport, notes: BuildNotes) -> TraceSummary:
-    """*summary* with what the build counted and the model cannot show (dangling string ids,
-    values read as NULL), kept with the cache entry for the data-quality notes."""
-    summary.dangling_string_ids = notes.dangling()
-    summary.inexact_values = export.inexact_values()
-    return summary
-
-
-#: The cache entries this process reused (folder -> the export), since the last
-#: :func:`rebuilt_once` began: where a read failure may come from.
-_ENTRIES_READ: dict[Path, Path] = {}
 
 T = TypeVar("T")
 
@@ -372,7 +250,7 @@ def rebuilt_once(run: Callable[[], T], before_retry: Callable[[], None] | None =
     and bare errors, Polars' compute errors, Arrow's errors and OSError, also as the cause of
     a specnsys error), and only the entries the failed run reused are read through; when all
     of them read, the failure is the run's own and propagates unchanged."""
-    _ENTRIES_READ.clear()
+    cache.ENTRIES_READ.clear()
     try:
         return run()
     except Exception as exc:
@@ -390,17 +268,17 @@ def rebuilt_once(run: Callable[[], T], before_retry: Callable[[], None] | None =
             SpecnsysWarning,
             stacklevel=2,
         )
-    _ENTRIES_READ.clear()
+    cache.ENTRIES_READ.clear()
     return run()
 
 
 def _damaged_entries(exc: BaseException) -> list[tuple[Path, Path, str, str]]:
     """``(folder, export, file, why)`` of each reused entry that does not read, when *exc*
     is a failure that an unreadable file causes (else nothing is read)."""
-    if not _ENTRIES_READ or not any(_reads_fail(e) for e in _chain(exc)):
+    if not cache.ENTRIES_READ or not any(_reads_fail(e) for e in _chain(exc)):
         return []
     found = []
-    for folder, export in list(_ENTRIES_READ.items()):
+    for folder, export in list(cache.ENTRIES_READ.items()):
         unreadable = cache.unreadable_file(folder) if folder.is_dir() else None
         if unreadable is not None:
             found.append((folder, export, *unreadable))
@@ -432,28 +310,3 @@ def _reads_fail(exc: BaseException) -> bool:
     if pa is not None and isinstance(exc, pa.ArrowException):
         return True
     return isinstance(exc, (pl.exceptions.ComputeError, OSError))
-
-
-@contextlib.contextmanager
-def _closed_on_error(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """*con*, closed if the block raises (else it passes to the trace, which closes it)."""
-    try:
-        yield con
-    except BaseException:
-        con.close()
-        raise
-
-
-def _model_views(
-    con: duckdb.DuckDBPyConnection, folder: Path | None, tables: dict[str, pa.Table] | None
-) -> duckdb.DuckDBPyConnection:
-    """*con* with every model table under its name: a view over its Parquet file in *folder*
-    (replacing a view of the same name: the summary's views point into the entry before it is
-    committed), or else the Arrow table of *tables*."""
-    for name in MODEL_TABLES:
-        if folder is not None:
-            source = str(folder / f"{name}.parquet").replace("'", "''")
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
-        else:
-            con.register(name, tables[name])  # type: ignore[index]
-    return con

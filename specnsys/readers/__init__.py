@@ -1,10 +1,12 @@
-"""Readers of trace formats other than nsys exports, each filling the same model.
+"""The readers: each trace format's way into the same model (docs/design.md#readers).
 
 A reader (:class:`Reader`) recognizes its files by their content, names what the cache keys
-them on, and builds the fourteen model tables (docs/model.md); :func:`open_model` does the
-rest the same way for every reader: the cache entry keyed on the file's identity, the
-summary, the data-quality notes. ``open_trace`` asks :func:`reader_for` first and falls back
-to the nsys path (docs/design.md#readers).
+their model on, builds the fourteen model tables (declared in :mod:`specnsys.model`) and
+opens a file: from its cache entry, else built. :func:`reader_for` picks the reader of a
+path from the registry (:func:`readers`), and ``open_trace`` opens it with that reader.
+The nsys reader (:mod:`.nsys`, over :mod:`specnsys.ingest`) streams an export into its cache
+entry itself; the others build in memory and open with :func:`.opening.open_with` (the cache
+entry keyed on the file's identity, the summary, the data-quality notes).
 
 Readers sit at the ingest level (tests/test_layers.py): they import ingest modules, and only
 ``specnsys.ingest.trace`` imports them, lazily.
@@ -16,27 +18,23 @@ from pathlib import Path
 
 from specnsys.readers.base import BuiltModel, OpenedModel, Reader
 
-__all__ = ["BuiltModel", "OpenedModel", "Reader", "open_model", "reader_for"]
+__all__ = ["BuiltModel", "OpenedModel", "Reader", "reader_for", "readers"]
 
 
 def readers() -> tuple[Reader, ...]:
-    """Every reader, asked in order."""
+    """Every reader, asked in order; the last, nsys's, also opens what none recognizes."""
     from specnsys.readers.kineto import KINETO
+    from specnsys.readers.nsys import NSYS
 
-    return (KINETO,)
+    return (KINETO, NSYS)
 
 
-def reader_for(path: Path) -> Reader | None:
-    """The reader whose format *path* is (None: an nsys export, or not a trace at all)."""
-    for reader in readers():
+def reader_for(path: Path) -> Reader:
+    """The first reader that recognizes *path*; else the last one, the nsys reader, whose
+    checks say in one line why *path* is no trace (a folder, an empty or text file, a
+    database without nsys tables)."""
+    registered = readers()
+    for reader in registered:
         if reader.recognizes(path):
             return reader
-    return None
-
-
-def open_model(reader: Reader, path: Path, root: Path | None) -> OpenedModel:
-    """*path* read by *reader*: its cache entry under *root* when valid, else built (and,
-    with a *root*, cached). See :mod:`specnsys.readers.opening`."""
-    from specnsys.readers.opening import open_with
-
-    return open_with(reader, path, root)
+    return registered[-1]

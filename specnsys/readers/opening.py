@@ -1,10 +1,12 @@
-"""A reader's model, cached as the nsys path caches its model (docs/design.md#data-model).
+"""A model built in memory by its reader, cached as the nsys reader caches its model
+(docs/design.md#data-model): the opening of every reader but nsys's.
 
-The entry is keyed on the file's identity (resolved path, size, mtime, a digest of its inode,
-ctime and both ends: :func:`~specnsys.ingest.input_file.file_identity`), the reader's name
-and version and the model version, so a changed file is read again; it holds one Parquet
-file per model table, the summary in its manifest, and the reader's notes beside it (they
-are said again on every open). Without a usable cache root the model stays in memory.
+The entry is keyed on the reader's :meth:`~specnsys.readers.Reader.cache_key` (the file's
+identity: resolved path, size, mtime, a digest of its inode, ctime and both ends; the
+reader's name and version) and the model version, so a changed file is read again; it holds
+one Parquet file per model table, the summary in its manifest, and the reader's notes beside
+it (they are said again on every open). Without a usable cache root the model stays in
+memory.
 """
 
 from __future__ import annotations
@@ -17,36 +19,44 @@ from typing import TYPE_CHECKING
 from specnsys.errors import SpecnsysWarning
 from specnsys.ingest import cache
 from specnsys.ingest.input_file import file_identity, require_unchanged
-from specnsys.ingest.model import MODEL_TABLES
 from specnsys.ingest.parquet_writer import write_parquet
 from specnsys.ingest.summary import TraceSummary, summarize
+from specnsys.model import MODEL_TABLES
 from specnsys.readers.base import BuiltModel, OpenedModel, Reader
 
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-__all__ = ["NOTES", "open_with"]
+__all__ = ["NOTES", "file_key", "open_with"]
 
 #: The derived result (:func:`specnsys.ingest.cache.write_derived`) holding a reader's notes.
 NOTES = "reader_notes"
 
 
+def file_key(path: Path, reader_version: str) -> cache.CacheKey:
+    """The cache key of a file read by a reader opened here: the file's identity and
+    *reader_version* (``<name>-<version>``) in the key's schema-version field."""
+    size, mtime_ns, fingerprint = file_identity(path)
+    return cache.CacheKey(str(path.resolve()), size, mtime_ns, fingerprint, reader_version, None)
+
+
 def open_with(reader: Reader, path: Path, root: Path | None) -> OpenedModel:
-    """See :func:`specnsys.readers.open_model`."""
-    identity = file_identity(path)  # before the first read: see require_unchanged
-    size, mtime_ns, fingerprint = identity
-    key = cache.CacheKey(
-        str(path.resolve()), size, mtime_ns, fingerprint, f"{reader.name}-{reader.version}", None
-    )
+    """*path*'s model as *reader* builds it, from its cache entry under *root* when valid,
+    else built (and, with a *root*, cached): :meth:`Reader.open` for readers that build in
+    memory."""
+    key = reader.cache_key(path)  # before the first read: see require_unchanged
+    identity = (key.size, key.mtime_ns, key.fingerprint)
     folder = key.folder(root) if root is not None else None
     if folder is not None:
         manifest = cache.load_manifest(folder, key)
-        notes = cache.read_derived(folder, NOTES, key.__dict__)
-        if manifest is not None and notes is not None:
+        stored = cache.read_derived(folder, NOTES, key.__dict__)
+        notes = None if stored is None else stored.get("notes")
+        if manifest is not None and isinstance(notes, list):
             summary = TraceSummary.from_dict(manifest["summary"])
             summary.version = reader.restore(summary.version)
-            return _said(OpenedModel(summary, folder, None, True, list(notes["notes"])), path)
+            said = [str(note) for note in notes]
+            return _said(OpenedModel(summary, folder, None, True, said), path)
     built = reader.build(path)
     require_unchanged(path, identity)  # never keep a model of a file rewritten meanwhile
     summary = _summary(built)
@@ -66,8 +76,10 @@ def _summary(built: BuiltModel) -> TraceSummary:
         con.execute("SET enable_progress_bar = false")
         for name in MODEL_TABLES:
             con.register(name, built.tables[name])
-        # no source tables: the reader's tables are not nsys's (``info`` names none)
-        return summarize(con, built.version, [], list(MODEL_TABLES))
+        summary = summarize(con, built.version, built.source_tables, list(MODEL_TABLES))
+        summary.dangling_string_ids = built.dangling_string_ids
+        summary.inexact_values = built.inexact_values
+        return summary
     finally:
         con.close()
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import stat
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specnsys.errors import BadInputError
+from specnsys.ingest.cache import CacheKey
 from specnsys.ingest.input_file import SQLITE_MAGIC
 from specnsys.ingest.schema import SchemaVersion
-from specnsys.readers.base import BuiltModel
+from specnsys.readers.base import BuiltModel, OpenedModel
 from specnsys.readers.kineto.events import (
     CPU_RANGE_CATEGORIES,
     GPU_CATEGORIES,
@@ -26,6 +27,7 @@ from specnsys.readers.kineto.events import (
 )
 from specnsys.readers.kineto.stream import BOM, GZIP_MAGIC, ChromeTraceStream, text_head
 from specnsys.readers.kineto.tables import Model, model_tables
+from specnsys.readers.opening import file_key, open_with
 
 __all__ = ["KINETO", "KinetoReader", "KinetoVersion"]
 
@@ -53,6 +55,7 @@ class KinetoReader:
     """The :class:`~specnsys.readers.Reader` of PyTorch-profiler Chrome traces."""
 
     name = "kineto"
+    #: Bump when what the reader builds from a file changes, so old cache entries are not used.
     version = 1
 
     def recognizes(self, path: Path) -> bool:
@@ -74,6 +77,13 @@ class KinetoReader:
         if head[:1] in (b"{", b"["):
             return True
         return path.name.lower().endswith((".json", ".json.gz"))
+
+    def cache_key(self, path: Path) -> CacheKey:
+        """The file's identity and ``kineto-<version>``."""
+        return file_key(path, f"{self.name}-{self.version}")
+
+    def open(self, path: Path, root: Path | None) -> OpenedModel:
+        return open_with(self, path, root)
 
     def build(self, path: Path) -> BuiltModel:
         events = RawEvents()
@@ -112,7 +122,7 @@ def _kinds(counts: Counter[str], limit: int = _SHOWN_KINDS) -> str:
     return (shown + more) or "none"
 
 
-def _version(metadata: dict[str, Any], events: RawEvents, origin: int) -> KinetoVersion:
+def _version(metadata: Mapping[str, object], events: RawEvents, origin: int) -> KinetoVersion:
     """The trace's provenance: its schema version and scalar top-level fields (trace name,
     base time, host), the event kinds seen and those the model does not hold."""
     params = {

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specnsys.readers.kineto.stream import Number
 
@@ -59,15 +59,14 @@ _ID_LIMIT = 1 << 31
 _INT_LIMIT = 1 << 63
 
 
-def nanoseconds(value: Any) -> int | None:
+def nanoseconds(value: object) -> int | None:
     """A JSON time in microseconds as integer nanoseconds, exactly (None when *value* is no
     number -- a string, null, NaN, missing -- or lies beyond 146 years).
 
     The fast path is Kineto's three decimals (``5444713137854.499``: drop the point); any
     other number text (more or fewer decimals, an exponent) is converted through
     :class:`~decimal.Decimal`, rounding half to even at the nanosecond."""
-    kind = type(value)
-    if kind is Number:
+    if type(value) is Number:
         ns: int | None = None
         if len(value) > 4 and value[-4] == ".":
             # try/except, not contextlib.suppress: its object costs more than the whole
@@ -82,30 +81,35 @@ def nanoseconds(value: Any) -> int | None:
                 ns = int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
             except (InvalidOperation, OverflowError, ValueError):
                 return None
-    elif kind is int:
-        ns = int(value) * 1000
+    elif type(value) is int:
+        ns = value * 1000
     else:
         return None
     return ns if -_TIME_LIMIT < ns < _TIME_LIMIT else None
 
 
-def _integer(value: Any) -> int | None:
+def _integer(value: object) -> int | None:
     """A JSON integer that fits 64 bits (a stream id, a correlation id, a byte count), else
     None."""
     return value if type(value) is int and -_INT_LIMIT <= value < _INT_LIMIT else None
 
 
-def _os_id(value: Any) -> int | None:
+def _os_id(value: object) -> int | None:
     """A process or thread id (a 32-bit integer), else None (Kineto's ``"Spans"``, ``""``)."""
     return value if type(value) is int and -_ID_LIMIT <= value < _ID_LIMIT else None
 
 
-def _triple(value: Any) -> tuple[int | None, int | None, int | None]:
+def _triple(value: object) -> tuple[int | None, int | None, int | None]:
     """``[x, y, z]`` of a kernel's grid or block (Nones when absent or malformed)."""
     if type(value) is list and len(value) == 3:
         return _integer(value[0]), _integer(value[1]), _integer(value[2])
     return None, None, None
 
+
+#: A trace event as JSON read it (an object; its values are checked where they are read).
+_Event = dict[str, object]
+#: One raw row: integers, texts and a flag, in its kind's :data:`RAW_COLUMNS` order.
+_Row = tuple[int | str | bool | None, ...]
 
 #: The raw columns of each kind of row (all integers unless named in :data:`_TEXT`).
 RAW_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -145,7 +149,7 @@ class _Rows:
     """Tuples of one kind of row, turned into Arrow tables every :data:`BATCH_ROWS`."""
 
     columns: tuple[str, ...]
-    pending: list[tuple[Any, ...]] = field(default_factory=list)
+    pending: list[_Row] = field(default_factory=list)
     batches: list[pa.Table] = field(default_factory=list)
 
     def flush(self) -> None:
@@ -191,11 +195,11 @@ class RawEvents:
     negative: int = 0
     #: Entries of ``traceEvents`` seen (the position of the current one, from 1).
     events: int = 0
-    _handlers: dict[str, Callable[[dict[str, Any], int, int, str], bool]] = field(
+    _handlers: dict[str, Callable[[_Event, int, int, str], bool]] = field(
         default_factory=dict
     )
     _complete: Counter[str] = field(default_factory=Counter)
-    _ranges: list[tuple[Any, ...]] = field(default_factory=list)
+    _ranges: list[_Row] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._ranges = self.rows["ranges"].pending
@@ -208,7 +212,7 @@ class RawEvents:
             "cuda_sync": self._sync,
         }
 
-    def add(self, event: Any) -> None:
+    def add(self, event: object) -> None:
         """Sort one entry of ``traceEvents`` into its rows (or count why it is not used)."""
         self.events += 1
         if type(event) is not dict:
@@ -239,13 +243,13 @@ class RawEvents:
         """Events read, by what they are: ``X <category>``, ``M <name>`` or the ``ph``."""
         return Counter({f"X {c}": n for c, n in self._complete.items()}) + self.seen
 
-    def _append(self, kind: str, row: tuple[Any, ...]) -> None:
+    def _append(self, kind: str, row: _Row) -> None:
         rows = self.rows[kind]
         rows.pending.append(row)
         if len(rows.pending) >= BATCH_ROWS:
             rows.flush()
 
-    def _cpu_range(self, event: dict[str, Any], ts: int, dur: int, category: str) -> bool:
+    def _cpu_range(self, event: _Event, ts: int, dur: int, category: str) -> bool:
         pid, tid = _os_id(event.get("pid")), _os_id(event.get("tid"))
         if pid is None or tid is None:
             return False
@@ -263,7 +267,7 @@ class RawEvents:
             self._ranges = self.rows["ranges"].pending
         return True
 
-    def _runtime(self, event: dict[str, Any], ts: int, dur: int, category: str) -> bool:
+    def _runtime(self, event: _Event, ts: int, dur: int, category: str) -> bool:
         pid, tid = _os_id(event.get("pid")), _os_id(event.get("tid"))
         if pid is None or tid is None:
             return False
@@ -278,7 +282,7 @@ class RawEvents:
         return True
 
     @staticmethod
-    def _gpu_place(event: dict[str, Any], args: dict[str, Any]) -> tuple[Any, ...]:
+    def _gpu_place(event: _Event, args: _Event) -> tuple[int | None, ...]:
         """Device, context, stream and correlation id of a GPU operation: from its args, the
         device and stream else from the event's ``pid``/``tid`` (where Kineto draws them)."""
         device = _integer(args.get("device"))
@@ -294,7 +298,7 @@ class RawEvents:
             context = _integer(args.get("inContext"))
         return device, context, stream, _integer(args.get("correlation"))
 
-    def _kernel(self, event: dict[str, Any], ts: int, dur: int, category: str) -> bool:
+    def _kernel(self, event: _Event, ts: int, dur: int, category: str) -> bool:
         args = event.get("args")
         args = args if type(args) is dict else {}
         name = event.get("name")
@@ -305,7 +309,7 @@ class RawEvents:
         )  # fmt: skip
         return True
 
-    def _copy(self, event: dict[str, Any], ts: int, dur: int, category: str) -> bool:
+    def _copy(self, event: _Event, ts: int, dur: int, category: str) -> bool:
         args = event.get("args")
         args = args if type(args) is dict else {}
         name = event.get("name")
@@ -316,7 +320,7 @@ class RawEvents:
         )  # fmt: skip
         return True
 
-    def _sync(self, event: dict[str, Any], ts: int, dur: int, category: str) -> bool:
+    def _sync(self, event: _Event, ts: int, dur: int, category: str) -> bool:
         args = event.get("args")
         args = args if type(args) is dict else {}
         name = event.get("name")
@@ -327,7 +331,7 @@ class RawEvents:
         )  # fmt: skip
         return True
 
-    def _metadata(self, event: dict[str, Any]) -> None:
+    def _metadata(self, event: _Event) -> None:
         """Process and thread names (``M`` events) of real processes (integer pids)."""
         what = event.get("name")
         if what not in ("process_name", "thread_name"):

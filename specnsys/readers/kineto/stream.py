@@ -29,9 +29,12 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from specnsys.errors import BadInputError
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 __all__ = ["BOM", "CHUNK_CHARS", "GZIP_MAGIC", "ChromeTraceStream", "Number", "text_head"]
 
@@ -79,7 +82,7 @@ class ChromeTraceStream:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.metadata: dict[str, Any] = {}
+        self.metadata: dict[str, object] = {}
         #: The file ended inside the event array (cut short): the events before it were read.
         self.cut_short = False
         self._source: IO[str] | None = None
@@ -160,7 +163,7 @@ class ChromeTraceStream:
             if not self._more():
                 return None
 
-    def _decode_at(self, pos: int) -> tuple[Any, int]:
+    def _decode_at(self, pos: int) -> tuple[object, int]:
         """The JSON value starting at *pos* of the buffer and where it ends; raises
         :class:`_Malformed` (``at_end`` when the buffer may merely stop too early)."""
         try:
@@ -173,7 +176,7 @@ class ChromeTraceStream:
         except RecursionError:
             raise _Malformed("nested too deeply", self._base + pos, False) from None
 
-    def _value(self) -> Any:
+    def _value(self) -> object:
         """The next whole JSON value (reading as many chunks as it takes)."""
         while True:
             if self._skip() is None:
@@ -203,7 +206,7 @@ class ChromeTraceStream:
 
     # ------------------------------------------------------------------ the trace
 
-    def events(self) -> Iterator[Any]:
+    def events(self) -> Iterator[object]:
         """Every entry of the trace's event array, in file order; the other top-level keys
         go to :attr:`metadata`."""
         first = self._skip()
@@ -272,7 +275,7 @@ class ChromeTraceStream:
             what = "the end of the text" if nxt is None else repr(nxt)
             raise self._error(f"expected ',' or '}}' after the value of {key!r}, found {what}", nxt is None)
 
-    def _array(self) -> Iterator[Any]:
+    def _array(self) -> Iterator[object]:
         """The values of an array whose ``[`` was read, up to its ``]`` (commas and spaces
         between values are skipped leniently, as Chrome's own loader does). At the end of
         the text before the ``]`` the array is cut short: :attr:`cut_short` is set and the
@@ -334,15 +337,16 @@ class _TolerantGzip(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         if self.cut:
             return 0
+        view = memoryview(buffer).cast("B")
         try:
-            data = self._file.read1(len(buffer))
+            data = self._file.read1(len(view))
         except EOFError:
             self.cut = True
             return 0
-        buffer[: len(data)] = data
+        view[: len(data)] = data
         return len(data)
 
     def close(self) -> None:

@@ -32,12 +32,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from specnsys.ingest.model import COPY_KINDS, MEMORY_KINDS, MODEL_TABLES
+from specnsys.ingest.model import COPY_KINDS, MEMORY_KINDS
 from specnsys.ingest.nvtx_nesting import nvtx_nesting
+from specnsys.model import MODEL_TABLES, ColumnType, table_schema
 from specnsys.vocabulary import (
     DOMAIN,
     PHASES,
@@ -49,7 +50,7 @@ from specnsys.vocabulary import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["GLOBAL_ID_SHIFT", "MODEL_COLUMNS", "TIME_LIMIT_NS", "Model", "model_tables"]
+__all__ = ["GLOBAL_ID_SHIFT", "TIME_LIMIT_NS", "Model", "model_tables"]
 
 #: ``global_tid = pid * 2**24 + tid``: the bit layout of nsys global ids.
 GLOBAL_ID_SHIFT = 24
@@ -58,69 +59,11 @@ TIME_LIMIT_NS = 1 << 59
 #: The ``specnsys`` domain's id in ``nvtx.domain_id`` (0 is the default domain).
 SPECNSYS_DOMAIN_ID = 1
 
-_I, _S, _B, _F, _I32 = "int64", "string", "bool", "float64", "int32"
-_GPU_OP = (
-    ("start", _I), ("end", _I), ("duration", _I), ("device_id", _I), ("context_id", _I),
-    ("stream_id", _I), ("correlation_id", _I), ("pid", _I), ("global_pid", _I),
-)  # fmt: skip
-
-#: The model's columns and types, as the nsys reader builds them (tests/test_kineto_reader.py
-#: checks them against a model built from an nsys export).
-MODEL_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "threads": (("pid", _I), ("tid", _I), ("global_tid", _I), ("name", _S), ("priority", _I)),
-    "processes": (("pid", _I), ("global_pid", _I), ("name", _S)),
-    "nvtx": (
-        ("id", _I), ("start", _I), ("end", _I), ("duration", _I), ("kind", _S),
-        ("event_type", _I), ("text", _S), ("domain_id", _I), ("domain", _S),
-        ("category_id", _I), ("category", _S), ("payload_int", _I), ("payload_float", _F),
-        ("json_text", _S), ("color", _I), ("range_id", _I), ("pid", _I), ("tid", _I),
-        ("global_tid", _I), ("end_tid", _I), ("end_global_tid", _I), ("depth", _I32),
-        ("parent", _I),
-    ),
-    "runtime": (
-        ("start", _I), ("end", _I), ("duration", _I), ("name", _S), ("raw_name", _S),
-        ("correlation_id", _I), ("event_class", _I), ("is_backtrace", _B), ("pid", _I),
-        ("tid", _I), ("global_tid", _I),
-    ),
-    "kernels": (
-        *_GPU_OP, ("short_name", _S), ("demangled_name", _S), ("grid_x", _I), ("grid_y", _I),
-        ("grid_z", _I), ("block_x", _I), ("block_y", _I), ("block_z", _I),
-        ("graph_node_id", _I), ("graph_id", _I),
-    ),
-    "memcpy": (
-        *_GPU_OP, ("bytes", _I), ("copy_kind", _I), ("copy_kind_name", _S), ("src_kind", _S),
-        ("dst_kind", _S), ("graph_node_id", _I),
-    ),
-    "memset": (*_GPU_OP, ("bytes", _I), ("value", _I), ("mem_kind", _S), ("graph_node_id", _I)),
-    "graphs": (*_GPU_OP, ("graph_id", _I), ("graph_exec_id", _I)),
-    "graph_nodes": (
-        ("start", _I), ("end", _I), ("event_class", _I), ("pid", _I), ("tid", _I),
-        ("global_tid", _I), ("name", _S), ("graph_node_id", _I),
-        ("original_graph_node_id", _I),
-    ),
-    "sync": (*_GPU_OP, ("sync_type", _I), ("event_id", _I)),
-    "gpu_metrics": (
-        ("timestamp", _I), ("device_id", _I), ("metric_name", _S), ("metric_id", _I),
-        ("value", _I),
-    ),
-    "gpus": (
-        ("device_id", _I), ("name", _S), ("sm_count", _I), ("memory_bandwidth", _I),
-        ("total_memory", _I), ("clock_rate_hz", _I), ("cuda_device", _I), ("chip_name", _S),
-        ("bus_location", _S), ("uuid", _S), ("compute_major", _I), ("compute_minor", _I),
-    ),
-    "osrt": (
-        ("start", _I), ("end", _I), ("duration", _I), ("name", _S), ("kind", _S),
-        ("event_class", _I), ("return_value", _I), ("nesting_level", _I), ("pid", _I),
-        ("tid", _I), ("global_tid", _I),
-    ),
-    "cpu_samples": (
-        ("id", _I), ("timestamp", _I), ("cpu", _I), ("thread_state", _I), ("cpu_cycles", _I),
-        ("pid", _I), ("tid", _I), ("global_tid", _I),
-    ),
+#: Each declared column type as Polars builds it (:mod:`specnsys.model`).
+_POLARS: dict[ColumnType, type[pl.DataType]] = {
+    ColumnType.INT64: pl.Int64, ColumnType.INT32: pl.Int32, ColumnType.FLOAT64: pl.Float64,
+    ColumnType.BOOL: pl.Boolean, ColumnType.STRING: pl.String,
 }  # fmt: skip
-assert tuple(MODEL_COLUMNS) == MODEL_TABLES
-
-_POLARS = {_I: pl.Int64, _S: pl.String, _B: pl.Boolean, _F: pl.Float64, _I32: pl.Int32}
 
 #: nsys eventType codes of the rows' kinds, so that queries written for nsys traces hold.
 _EVENT_TYPES = {"push_pop": 59, "start_end": 60, "mark": 34}
@@ -131,7 +74,8 @@ _MEMORY_NAMES = set(MEMORY_KINDS.values())
 
 
 def _schema(table: str) -> dict[str, pl.DataType]:
-    return {name: _POLARS[kind]() for name, kind in MODEL_COLUMNS[table]}
+    """The declared columns of *table* (:func:`specnsys.model.table_schema`) as Polars types."""
+    return {c.name: _POLARS[c.type]() for c in table_schema(table).columns}
 
 
 def _conform(table: str, frame: pl.DataFrame) -> pl.DataFrame:
@@ -422,7 +366,7 @@ def _threads(raw: pa.Table, pids: pl.Series) -> pl.DataFrame:
     return _conform("threads", frame.with_columns(_global("pid", "tid").alias("global_tid")))
 
 
-def _gpus(metadata: Mapping[str, Any]) -> pl.DataFrame:
+def _gpus(metadata: Mapping[str, object]) -> pl.DataFrame:
     """``deviceProperties`` (Kineto's list of CUDA devices) as ``gpus`` rows."""
     devices = metadata.get("deviceProperties")
     rows = []
@@ -430,7 +374,7 @@ def _gpus(metadata: Mapping[str, Any]) -> pl.DataFrame:
         if not isinstance(device, dict):
             continue
 
-        def number(key: str, d: dict[str, Any] = device) -> int | None:
+        def number(key: str, d: Mapping[str, object] = device) -> int | None:
             value = d.get(key)
             return value if type(value) is int else None
 
@@ -467,7 +411,7 @@ class Model:
     shared_launches: int
 
 
-def model_tables(raw: Mapping[str, pa.Table], metadata: Mapping[str, Any]) -> Model:
+def model_tables(raw: Mapping[str, pa.Table], metadata: Mapping[str, object]) -> Model:
     """The fourteen model tables (Arrow, typed as the nsys reader types them) of one trace's
     raw columns (:class:`~specnsys.readers.kineto.events.RawEvents`) and its top-level
     *metadata*."""
@@ -504,9 +448,6 @@ def model_tables(raw: Mapping[str, pa.Table], metadata: Mapping[str, Any]) -> Mo
 
 
 def _arrow(table: str, frame: pl.DataFrame) -> pa.Table:
-    """*frame* as Arrow with the model's types (plain ``string`` text, as the cache reads back)."""
-    import pyarrow as pa
-
-    types = {_S: pa.string(), _I: pa.int64(), _B: pa.bool_(), _F: pa.float64(), _I32: pa.int32()}
-    schema = pa.schema([(name, types[kind]) for name, kind in MODEL_COLUMNS[table]])
-    return frame.to_arrow().cast(schema)
+    """*frame* as Arrow with the declared schema as stored (plain ``string`` text, as the
+    cache reads back; see :meth:`specnsys.model.TableSchema.stored_schema`)."""
+    return frame.to_arrow().cast(table_schema(table).stored_schema())

@@ -1,0 +1,101 @@
+"""The DuckDB connection analyses run on, and the model's tables made visible in it.
+
+Shared by :class:`specnsys.ingest.trace.Trace` (its connection, opened on first use) and the
+readers that summarize a model they just built on the connection the trace then keeps
+(:mod:`specnsys.readers.nsys`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specnsys.ingest import cache
+from specnsys.ingest.build import SCRATCH_PREFIX
+from specnsys.ingest.interrupts import interruptible
+from specnsys.ingest.memory_limits import (
+    ANALYSIS_MEMORY_FRACTION,
+    ANALYSIS_MEMORY_MIN,
+    duckdb_memory_limit,
+)
+from specnsys.ingest.nsys_rep import EXPORT_PREFIX
+from specnsys.model import MODEL_TABLES
+
+if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run needs neither)
+    import duckdb
+    import pyarrow as pa
+
+__all__ = [
+    "SCRATCH_PREFIXES",
+    "SPILL_PREFIX",
+    "analysis_connection",
+    "closed_on_error",
+    "model_views",
+]
+
+#: Private temporary folders of specnsys processes (DuckDB's spills while analyzing or
+#: building, ``.nsys-rep`` exports read without a cache): ``<prefix><pid>-...``.
+SPILL_PREFIX = "specnsys-spill-"
+SCRATCH_PREFIXES = (SPILL_PREFIX, SCRATCH_PREFIX, EXPORT_PREFIX)
+
+
+@functools.cache
+def _sweep_scratch() -> None:
+    """Once per process: remove the scratch folders of specnsys processes that died without
+    cleaning up (SIGKILL, a crash), from the temporary folder."""
+    cache.sweep_stale(Path(tempfile.gettempdir()), SCRATCH_PREFIXES)
+
+
+def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection for analyses: quiet, bounded, spilling into a private temp folder.
+
+    DuckDB draws a progress bar on stdout for queries over about two seconds (on a large
+    trace that corrupts ``--json`` output), and spills to ``.tmp`` in the working directory by
+    default (writing beside whatever the user ran from); both are turned away here. With
+    *export_bytes*, its memory is limited in proportion to the export (see
+    :func:`~specnsys.ingest.memory_limits.duckdb_memory_limit`), trading some time for a
+    much lower peak (docs/performance.md#memory-limits).
+    """
+    import duckdb
+
+    _sweep_scratch()
+    con = interruptible(duckdb.connect())
+    con.execute("SET enable_progress_bar = false")
+    if export_bytes is not None:
+        limit = duckdb_memory_limit(export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN)
+        con.execute("SET memory_limit = ?", [limit])
+    spill = Path(tempfile.gettempdir()) / f"{cache.tmp_prefix(SPILL_PREFIX)}{uuid.uuid4().hex[:8]}"
+    con.execute("SET temp_directory = ?", [str(spill)])
+    return con
+
+
+@contextlib.contextmanager
+def closed_on_error(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """*con*, closed if the block raises (else it passes to the trace, which closes it)."""
+    try:
+        yield con
+    except BaseException:
+        con.close()
+        raise
+
+
+def model_views(
+    con: duckdb.DuckDBPyConnection, folder: Path | None, tables: dict[str, pa.Table] | None
+) -> duckdb.DuckDBPyConnection:
+    """*con* with every model table under its name: a view over its Parquet file in *folder*
+    (replacing a view of the same name: the summary's views point into the entry before it is
+    committed), or else the Arrow table of *tables*."""
+    for name in MODEL_TABLES:
+        if folder is not None:
+            source = str(folder / f"{name}.parquet").replace("'", "''")
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{source}')")
+        elif tables is not None:
+            con.register(name, tables[name])
+        else:
+            raise ValueError("give a folder or tables")
+    return con
