@@ -157,5 +157,7 @@ def test_the_declaration_covers_what_the_nsys_definitions_name() -> None:
         for _raw, column in references:
             declared = {c.name: c.type for c in table_schema(table).columns}
             assert declared[column] is ColumnType.STRING, (table, column)
-    for table in MODEL_SCHEMA:
-        assert table.meaning and all(c.meaning for c in table.columns), table.name
+    for declared_table in MODEL_SCHEMA:
+        assert declared_table.meaning and all(c.meaning for c in declared_table.columns), (
+            declared_table.name
+        )
