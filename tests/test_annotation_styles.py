@@ -181,7 +181,8 @@ def _one_style_of(nested: Path, out: Path, keep: str) -> Path:
 
 
 def test_c_agrees_whatever_the_draft_hook_style(captures: dict[str, Path], tmp_path: Path) -> None:
-    """The same c (within 10 %) per forward, per step and nested. Compared on one run (the
+    """The same c per forward and nested, and per step the same up to the measured host time
+    between a step's forwards. Compared on one run (the
     nested capture seen through each style) so that the check is about the hook style, not
     about two captures' timing (separate captures of this CPU loop differ by 10 % and more
     on a loaded machine); each real capture's own c is checked against its own ranges above
@@ -198,9 +199,16 @@ def test_c_agrees_whatever_the_draft_hook_style(captures: dict[str, Path], tmp_p
     c = {style: d["draft_cost_ratio"] for style, d in docs.items()}
     # nested and per-forward time the same ranges: one c
     assert c["nested"] == pytest.approx(c["per_forward"], rel=1e-9), c
-    # per step: the step's draft time over the forwards it proposed (its Python between
-    # the forwards included)
-    assert c["per_step"] == pytest.approx(c["per_forward"], rel=0.10), c
+    # per step: the step's draft time over the forwards it proposed, so it is larger than per
+    # forward by exactly the host time between the forwards inside a step: the ratio of the two
+    # c is the ratio of one step's range per forward to one forward's range, on the same run.
+    # (A fixed band, 10 %, held on a quiet machine, 5.4 %, and failed under load, 13.2 %: the
+    # gap is the machine's time between forwards, not the product's error.)
+    per_step_range = _mean_ms(tmp_path / "s.sqlite", _MEAN_DURATION.format(phase="draft"))
+    forward_range = _mean_ms(tmp_path / "f.sqlite", _MEAN_DURATION.format(phase="draft"))
+    between = per_step_range / docs["per_step"]["draft_forwards_per_step"] / forward_range
+    assert between >= 1, between  # a step's range holds its forwards
+    assert c["per_step"] / c["per_forward"] == pytest.approx(between, rel=0.05), (c, between)
 
 
 def test_the_per_step_capture_takes_one_draft_forward_from_the_proposed_marks(
