@@ -96,6 +96,7 @@ def _read_csv(path: Path) -> pl.DataFrame | None:
     return pl.read_csv(path, infer_schema_length=0)
 
 
+@pytest.mark.nsys  # runs nsys stats (its fixture)
 @pytest.mark.skipif(not WITH_PROJECTION, reason="real corpus not present")
 @pytest.mark.parametrize("path", WITH_PROJECTION, ids=lambda p: p.stem)
 def test_projection_equals_nsys_nvtxgpuproj(path: Path, nsys_reports: dict[str, Path]) -> None:
@@ -123,6 +124,7 @@ def test_projection_equals_nsys_nvtxgpuproj(path: Path, nsys_reports: dict[str, 
     assert (ours["gpu_busy_ns"] > 0).any()
 
 
+@pytest.mark.nsys  # runs nsys stats (its fixture)
 @pytest.mark.skipif(not WITH_KERNELS, reason="real corpus not present")
 @pytest.mark.parametrize("path", WITH_KERNELS, ids=lambda p: p.stem)
 def test_kernel_summary_equals_nsys_gpukernsum(path: Path, nsys_reports: dict[str, Path]) -> None:
@@ -150,6 +152,7 @@ def test_kernel_summary_equals_nsys_gpukernsum(path: Path, nsys_reports: dict[st
         assert isinstance(worst, float) and worst <= 0.05 + 1e-9, mine
 
 
+@pytest.mark.nsys  # runs nsys stats (its fixture)
 @pytest.mark.parametrize("path", sorted(SAMPLE_TRACES.glob("*.sqlite")), ids=lambda p: p.stem)
 def test_cpu_sample_traces_have_no_projection_in_either_tool(
     path: Path, nsys_reports: dict[str, Path]

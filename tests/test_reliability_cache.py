@@ -437,6 +437,7 @@ def nsys_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return report
 
 
+@pytest.mark.nsys  # captures with nsys (its fixture): one capture at a time
 def test_rewritten_report_is_exported_again(tmp_path: Path, nsys_report: Path) -> None:
     """A report rewritten in place keeping its size and mtime (its last byte changed) is not
     answered from the export of its former content, with or without the cache: nsys reads it
@@ -458,6 +459,7 @@ def test_rewritten_report_is_exported_again(tmp_path: Path, nsys_report: Path) -
         assert "nsys export failed" in _one_error_line(run), run
 
 
+@pytest.mark.nsys  # captures with nsys (its fixture): one capture at a time
 def test_report_without_a_cache_leaves_no_export(tmp_path: Path, nsys_report: Path) -> None:
     """``--no-cache`` exports into a private folder removed at the end (before: into the
     cache); a cache that cannot be used likewise (before: a full export left in the temporary
