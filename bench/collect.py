@@ -10,10 +10,18 @@ runs as a CLI subprocess (interpreter start and imports included):
 - ``collect --workers 1`` and ``--workers 2`` over all N traces (process pool);
 - ``collect --dask local --workers 1|2`` (LocalCluster; skipped without ``distributed``).
 
-Printed: wall time, traces per second, the 2-worker speedup over 1 worker, and the per-trace
-overhead of collect ``(collect_wall / N) / analyze_wall``: below 1 means collecting N traces
-costs less per trace than N separate ``analyze`` runs (one interpreter per worker, not per
-trace). The machine's core count bounds the speedup (``os.cpu_count()`` is printed).
+Printed: wall time, traces per second, the 2-worker speedup over 1 worker, and two per-trace
+figures of each collect:
+
+- ``x analyze``: ``(collect_wall / N) / analyze_wall``, below 1 when collecting N traces costs
+  less per trace than N separate ``analyze`` runs (one interpreter per worker, not per trace);
+- ``overhead s``: the seconds per trace that collect adds to the analysis itself,
+  ``collect_wall * workers / N - work``, where ``work`` is the median time of
+  ``analyse_trace`` (what a worker runs per trace) on a cold cache in an interpreter whose
+  imports are already paid: pool and worker start, the dataset writes in the parent, the
+  hand-over of results, and idle workers at the end.
+
+The machine's core count bounds the speedup (``os.cpu_count()`` is printed).
 
 Usage:
   python bench/collect.py [--traces 48] [--repeat 1] [--no-dask]
@@ -47,6 +55,31 @@ def _run(args: list[str], cache: Path) -> float:
     return wall
 
 
+_WORK = """
+import os, statistics, sys, tempfile, time
+from specnsys.runset.collect import analyse_trace
+settings = {"rules": None, "pid": None, "specnsys": "bench"}
+times = []
+for i, trace in enumerate(sys.argv[1:]):
+    os.environ["SPECNSYS_CACHE_DIR"] = tempfile.mkdtemp(prefix="work-cache-")
+    started = time.perf_counter()
+    analyse_trace(trace, settings, {})
+    if i:  # the first pays the imports of the analysis: not per-trace work
+        times.append(time.perf_counter() - started)
+print(statistics.median(times))
+"""
+
+
+def _work_per_trace(traces: list[Path]) -> float:
+    """Median seconds of one trace's analysis as a worker runs it, imports already paid."""
+    done = subprocess.run(
+        [sys.executable, "-c", _WORK, *map(str, traces)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"analyse_trace failed: {done.stderr.strip()}")
+    return float(done.stdout.split()[-1])
+
+
 def _traces(folder: Path, n: int) -> list[Path]:
     samples = sorted(SAMPLES.glob("*.sqlite"))
     folder.mkdir(parents=True)
@@ -61,7 +94,7 @@ def _traces(folder: Path, n: int) -> list[Path]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--traces", type=int, default=48, help="traces collected (>= 40)")
+    ap.add_argument("--traces", type=int, default=48, help="traces collected (>= 9)")
     ap.add_argument("--repeat", type=int, default=1, help="repetitions (median reported)")
     ap.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster runs")
     args = ap.parse_args()
@@ -81,7 +114,9 @@ def main() -> None:
             contenders["collect dask local, 1 worker"] = ["--dask", "local", "--workers", "1"]
             contenders["collect dask local, 2 workers"] = ["--dask", "local", "--workers", "2"]
         walls: dict[str, list[float]] = {name: [] for name in ["analyze (one trace)", *contenders]}
+        works: list[float] = []
         for rep in range(args.repeat):
+            works.append(_work_per_trace(traces[:9]))
             singles = []
             for i, trace in enumerate(traces[:8]):
                 singles.append(_run(["analyze", str(trace)], root / f"cache-a{rep}-{i}"))
@@ -93,14 +128,19 @@ def main() -> None:
                          root / f"cache-{tag}")
                 )  # fmt: skip
         single = statistics.median(walls["analyze (one trace)"])
-        print(f"\n{'contender':<32}{'wall s':>9}{'traces/s':>10}{'overhead/trace':>16}")
+        work = statistics.median(works)
+        print(f"\nwork per trace (analyse_trace, imports paid, cold cache, median of 8): "
+              f"{work:.3f} s")
+        print(f"{'contender':<32}{'wall s':>9}{'traces/s':>10}{'x analyze':>11}{'overhead s':>12}")
         print(f"{'analyze (one trace, median of 8)':<32}{single:>9.2f}{1 / single:>10.2f}"
-              f"{1.0:>16.2f}")
+              f"{1.0:>11.2f}{single - work:>12.3f}")
         medians = {name: statistics.median(w) for name, w in walls.items()}
         for name in contenders:
             wall = medians[name]
             per = wall / len(traces)
-            print(f"{name:<32}{wall:>9.2f}{len(traces) / wall:>10.2f}{per / single:>16.2f}")
+            workers = 2 if "2 workers" in name else 1
+            print(f"{name:<32}{wall:>9.2f}{len(traces) / wall:>10.2f}{per / single:>11.2f}"
+                  f"{per * workers - work:>12.3f}")
         for kind in ("pool", "dask local"):
             one, two = f"collect {kind}, 1 worker", f"collect {kind}, 2 workers"
             if one in medians and two in medians:
