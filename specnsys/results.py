@@ -26,9 +26,10 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, TypeAlias, TypeVar, Union
 
 __all__ = [
+    "JSONValue",
     "NotAvailable",
     "Result",
     "ResultLoadError",
@@ -39,6 +40,11 @@ __all__ = [
     "to_dict",
     "value_or_none",
 ]
+
+
+JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+"""A JSON document as :func:`json.loads` returns it: what a reader of a file narrows (with
+``isinstance``) before it trusts a value's type."""
 
 
 @dataclasses.dataclass(frozen=True)

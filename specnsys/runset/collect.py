@@ -101,10 +101,10 @@ def analyse_trace(trace: str, settings: dict[str, Any], labels: dict[str, str]) 
     from specnsys.runset.dataset import headline_row
 
     phases = pl.DataFrame(
-        [{"phase": name, **row} for name, row in doc["phases"].items()],
+        [{"phase": name, **row} for name, row in analysis.phases.items()],
         infer_schema_length=None,
-    ) if doc["phases"] else pl.DataFrame()  # fmt: skip
-    requests = pl.DataFrame(doc["latency"]["per_request"], infer_schema_length=None)
+    ) if analysis.phases else pl.DataFrame()  # fmt: skip
+    requests = pl.DataFrame(analysis.latency["per_request"], infer_schema_length=None)
     return RunRecord(
         trace=str(path),
         identity=identity,
