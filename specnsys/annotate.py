@@ -670,7 +670,12 @@ def _wrap(func: Callable[..., object], ph: _Phase | _NoopPhase) -> Callable[...,
 
 
 def patch_attr(
-    obj: object, attr: str, phase_name: str, *, allow_custom: bool = False, patch: Patch | None = None
+    obj: object,
+    attr: str,
+    phase_name: str,
+    *,
+    allow_custom: bool = False,
+    patch: Patch | None = None,
 ) -> Patch:
     """Wrap the callable ``obj.attr`` in the range ``phase_name``, without editing its source.
 

@@ -67,7 +67,8 @@ if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = [
-    "NO_WINDOW", "SEGMENT_SCHEMA", "STEP_PHASE", "WINDOW_SOURCES", "KernelNameRow", "PhaseBreakdown",
+    "NO_WINDOW", "SEGMENT_SCHEMA", "STEP_PHASE", "WINDOW_SOURCES", "KernelNameRow",
+    "PhaseBreakdown",
     "exclusive_phase_times", "exclusive_segments", "step_phase",
 ]
 
@@ -153,13 +154,15 @@ class PhaseBreakdown:
     def window_ns(self) -> int:
         return self.window_end_ns - self.window_start_ns
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field, the frame as a list of rows (the inverse of :meth:`from_dict`)."""
         fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "frame"}
         return {**fields, "frame": self.frame.to_dicts()}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> PhaseBreakdown:
+        """The breakdown whose :meth:`to_dict` the trace cache kept (its JSON read back: the
+        fields' own values, handed to the constructor as they were written)."""
         frame = pl.DataFrame(doc["frame"], schema=FRAME_SCHEMA, orient="row")
         return cls(**{**doc, "frame": frame})
 
@@ -203,7 +206,8 @@ NO_WINDOW = (
 
 
 
-def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+def _one(trace: Trace, sql: str, prm: Mapping[str, object] | None = None) -> tuple[Any, ...] | None:
+    """The first row of a DuckDB query (an untyped tuple: each caller knows its columns)."""
     rows = trace.connection.execute(sql, prm).fetchall()
     return rows[0] if rows else None
 

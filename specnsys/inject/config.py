@@ -333,7 +333,9 @@ def _hook(label: str, index: int, body: Mapping[str, object], objects: set[str])
                 **extra)
 
 
-def _targets(label: str, entry: str, key: str, value: object, objects: set[str]) -> tuple[Target, ...]:
+def _targets(
+    label: str, entry: str, key: str, value: object, objects: set[str]
+) -> tuple[Target, ...]:
     """``inside``/``outside``/``until``: one target or a list of them."""
     items = value if isinstance(value, list) else [value]
     if not items:

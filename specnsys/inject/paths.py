@@ -300,7 +300,7 @@ def _evaluate(node: ast.expr, args: Arguments, result: object) -> Any:
 
     The values are the profiled program's own objects (tensors, arrays, its classes), read,
     indexed, compared and negated by whatever methods they have: their type is not known
-    before they run, which is what ``Any`` says here (the callers get an ``object``)."""
+    before they run, so the result is left dynamic here (the callers get an ``object``)."""
     if isinstance(node, ast.Name):
         if node.id == _RETURN:
             return result
