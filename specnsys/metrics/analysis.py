@@ -41,7 +41,7 @@ from specnsys.attribution.window import WindowDropped, WindowSpec, parse_window
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
 from specnsys.metrics.acceptance import Acceptance, acceptance_stats
-from specnsys.metrics.bandwidth import memory_bandwidth
+from specnsys.metrics.bandwidth import Bandwidth, memory_bandwidth
 from specnsys.metrics.distributions import step_distributions
 from specnsys.metrics.events import Scope, resolve
 from specnsys.metrics.findings import findings_of
@@ -184,7 +184,7 @@ class Analysis:
     draft_cost_ratio: float | None
     per_range_ns: dict[str, float | None]
     latency: Latency
-    bandwidth: dict[str, object] | None
+    bandwidth: Bandwidth | None
     device_memory: DeviceMemory | None
     whatif: dict[str, object] | None
     gpu: bool
@@ -589,7 +589,7 @@ class _TailsPart(TypedDict):
 
 
 class _GpuPart(TypedDict):
-    bandwidth: dict[str, object] | None
+    bandwidth: Bandwidth | None
     device_memory: DeviceMemory | None
     gpu_time: GpuTime | None
     top_kernels: TopKernels | None
