@@ -1,10 +1,12 @@
-"""Shared fixtures: an isolated cache per test, the real-export corpus, file hashing."""
+"""Shared fixtures: an isolated cache per test, the real-export corpus, file hashing, and
+`json_doc` (a result's document as the tests index it)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +44,15 @@ def corpus_cache(corpus_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     that must see a cold build keeps its own folder (``isolated_cache``)."""
     monkeypatch.setenv("SPECNSYS_CACHE_DIR", str(corpus_cache_root))
     return corpus_cache_root
+
+
+def json_doc(value: object) -> dict[str, Any]:
+    """``value`` as the JSON object a test indexes freely (``doc["phases"]["draft"]["share"]``).
+
+    The product types its documents precisely (``to_dict()`` returns ``dict[str, object]``, a
+    partly typed payload ``dict[str, object]``), so mypy would refuse every nested index; a test
+    checks exact values, not types, so it reads the document as ``dict[str, Any]``, after
+    checking that it is one.
+    """
+    assert isinstance(value, dict), type(value)
+    return value

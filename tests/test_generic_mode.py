@@ -22,7 +22,7 @@ import pytest
 import specnsys
 from specnsys.metrics.structure import STRUCTURE_PREFIX
 from specnsys.testing import NsysExportBuilder
-from tests.conftest import CORPUS, REPO, SAMPLE_TRACES, corpus_files, sha256
+from tests.conftest import CORPUS, REPO, SAMPLE_TRACES, corpus_files, json_doc, sha256
 
 US = 1_000
 STEPS = 4
@@ -90,7 +90,7 @@ def runs(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_generic_analysis_sums_to_the_window_and_names_its_kernels(runs) -> None:
     a = specnsys.analyze(runs[0])
-    d = a.to_dict()
+    d = json_doc(a.to_dict())
     assert d["mode"] == "generic" and d["rules"] == "nvtx"
     assert d["window_ns"] == window_of()
     assert sum(row["wall_ns"] for row in d["phases"].values()) == d["window_ns"]
@@ -247,7 +247,7 @@ def test_a_trace_without_nvtx_ranges_answers_with_a_hint(tmp_path: Path) -> None
 
 def test_explicit_rules_are_kept_and_the_specnsys_vocabulary_stays_the_default(runs) -> None:
     # explicit specnsys rules on an engine trace: no phase is claimed, nothing is switched
-    d = specnsys.analyze(runs[0], rules="specnsys").to_dict()
+    d = json_doc(specnsys.analyze(runs[0], rules="specnsys").to_dict())
     assert d["rules"] == "specnsys" and not any(NOTE in w for w in d["warnings"])
     assert d["phases"]["unannotated"]["wall_ns"] == d["window_ns"]
     sample = specnsys.analyze(SAMPLE_TRACES / "baseline_chat_c4.sqlite")

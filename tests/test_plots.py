@@ -27,6 +27,7 @@ from specnsys.attribution.lanes import timeline_lanes
 from specnsys.metrics.whatcut import what_to_cut
 from specnsys.render import plots
 from specnsys.render.palette import PHASE_COLORS, ordered_phases, phase_color
+from tests.conftest import json_doc
 from tests.test_plots_lanes import build_gpu_trace
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "plots"
@@ -468,7 +469,7 @@ def test_what_to_cut_ranks_by_how_far_the_ceiling_rises() -> None:
     assert prefill.ceiling_after == pytest.approx(85 / 30)
     assert prefill.ceiling_gain == pytest.approx(85 / 30 - 100 / 45)
     assert prefill.combined_ceiling == pytest.approx(100 / 30)
-    d = cut.to_dict()
+    d = json_doc(cut.to_dict())
     assert d["non_accelerable_share"] == pytest.approx(0.45)
     assert d["candidates"][0]["phase"] == "prefill"
     # A tie (sync and unannotated, both 4 ms) keeps name order.
