@@ -25,9 +25,11 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from specnsys.errors import BadInputError, SpecnsysWarning, UsageError
+from specnsys.render import registry
+from specnsys.render.renderer import RenderOptions
 
 if TYPE_CHECKING:
     import polars as pl
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from specnsys.metrics.ab_compare import ABComparison
     from specnsys.metrics.ranks import Rank
     from specnsys.metrics.timeline_export import TimelineExport
-    from specnsys.render.build import Run
+    from specnsys.render.runs import Run
 
 #: What ``import specnsys`` exposes from here (besides the result classes below).
 PUBLIC_FUNCTIONS = (
@@ -623,15 +625,11 @@ class Figure:
 
     def draw(self) -> MplFigure:
         """The figure as a matplotlib Figure (shown inline by a notebook)."""
-        from specnsys.render.plots import draw
-
-        return draw(self.data)
+        return registry.draw(self.data)
 
     def image(self, path: str | Path) -> bytes:
         """The figure as the PNG or SVG bytes that *path*'s suffix asks for (not written)."""
-        from specnsys.render.plots import figure_bytes
-
-        return figure_bytes(self.draw(), path, salt=self.kind)
+        return registry.figure_image(self.data, RenderOptions(Path(path), salt=self.kind))
 
     def to_dict(self) -> dict[str, Any]:
         return self.data
@@ -646,7 +644,7 @@ def _runs(
     tokens: Sequence[int | None] | None = None,
     window: str | None = None,
 ) -> list[Run]:
-    from specnsys.render.build import Run, run_label
+    from specnsys.render.runs import Run, run_label
 
     runs = []
     for path, given in zip(paths, tokens or [None] * len(paths), strict=True):
@@ -679,44 +677,43 @@ def figure(
       step-time p50/p90/p99/max and its time per output token per step.
     """
     from specnsys.render import plots
-    from specnsys.render.build import figure_data
     from specnsys.render.progress import progress
 
-    if kind not in plots.TRACE_KINDS:
-        raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.TRACE_KINDS)})")
+    entry = registry.figure_renderer(kind, "traces", "lanes")
     if not paths:
         raise UsageError(f"{kind} needs at least one trace")
     mapping = resolve_rules(rules)
-    if tokens is not None and kind not in TOKEN_FIGURES:
+    if tokens is not None and not entry.per_token:
         raise UsageError(f"--tokens only applies to {', '.join(TOKEN_FIGURES)} (not {kind})")
-    if same_output and kind not in SAME_OUTPUT_FIGURES:
+    if same_output and not entry.compares:
         raise UsageError(
             f"--same-output only applies to {' and '.join(SAME_OUTPUT_FIGURES)} (not {kind})"
         )
     given = _given_tokens(tokens, len(paths))
-    if kind == "timeline":
+    if entry.from_runs is None:  # the timeline: drawn from one trace's lanes
         if len(paths) != 1:
-            raise UsageError("timeline draws one trace; give exactly one")
+            raise UsageError(f"{kind} draws one trace; give exactly one")
         # Lanes need phase ranges only, not a baseline/speculative run: any annotated trace
         # (or any trace under --rules nvtx) can be drawn.
-        with progress(1, "timeline") as advance:
+        with progress(1, kind) as advance:
             advance(f"lanes of {Path(paths[0]).name}")
             lanes = timeline(paths[0], step=step, window_ms=window_ms, rules=mapping, pid=pid,
                              use_cache=use_cache)  # fmt: skip
-        data = plots.timeline_data(lanes.to_dict())
+        assert entry.from_doc is not None, f"{kind} is drawn from lanes"
+        data = entry.from_doc()(lanes.to_dict())
         plots.require_drawable(data)
-        return Figure(kind, data, lanes.data_warnings)
+        return Figure(kind, dict(data), lanes.data_warnings)
     with progress(len(paths), kind) as advance:
         runs = _runs(paths, mapping, pid, use_cache, advance, given)
-    data = figure_data(kind, runs, same_output=same_output)
+    data = entry.from_runs()(runs, RenderOptions(same_output=same_output))
     plots.require_drawable(data)  # a figure that cannot be drawn is an error, not a blank image
-    return Figure(kind, data, _warnings_of([r.analysis for r in runs]))
+    return Figure(kind, dict(data), _warnings_of([r.analysis for r in runs]))
 
 
 #: The figures that divide by output tokens (``--tokens``) and those that compare runs
 #: (``--same-output``).
-TOKEN_FIGURES = ("phases", "amdahl", "sweep")
-SAME_OUTPUT_FIGURES = ("amdahl", "sweep")
+TOKEN_FIGURES = tuple(f.kind for f in registry.FIGURES if f.per_token)
+SAME_OUTPUT_FIGURES = tuple(f.kind for f in registry.FIGURES if f.compares)
 
 
 @dataclass(frozen=True)
@@ -750,8 +747,9 @@ def report(
     from specnsys.attribution.lanes import timeline_lanes
     from specnsys.metrics.ab_compare import ab_compare
     from specnsys.metrics.comparison import is_ab_pairing
-    from specnsys.render.build import Run, pair_runs, render_report, run_label
+    from specnsys.render.build import ReportContent
     from specnsys.render.progress import progress
+    from specnsys.render.runs import Run, pair_runs, run_label
 
     mapping = resolve_rules(rules)
     given = _given_tokens(tokens, 1 + (baseline is not None))
@@ -790,12 +788,14 @@ def report(
             else:
                 base_run, spec_run, comparison = pair_runs(runs, same_output=same_output)[0]
                 runs = [base_run, spec_run]
-        page = render_report(runs, comparison, lanes, advance)
+        content = ReportContent(runs, comparison, lanes)
+        page = registry.report_renderer("html").render(content, RenderOptions(progress=advance))
+    assert isinstance(page, str), "the HTML report is text"
     return Report(page, tuple(notes))
 
 
-#: The formats ``export`` writes.
-EXPORT_FORMATS = ("perfetto",)
+#: The formats ``export`` writes (the registry's export renderers).
+EXPORT_FORMATS = tuple(e.kind for e in registry.EXPORTS)
 #: ``export``'s default --max-events: a file Perfetto UI opens in a browser tab.
 MAX_EVENTS = 2_000_000
 
@@ -820,12 +820,14 @@ class Export:
 
         return trace_document(self.data, self.path)
 
-    def write(self, handle: Any, *, compress: bool = False) -> int:
-        """Stream the document to the binary *handle* (gzip with *compress*); the number of
-        events written."""
-        from specnsys.render.perfetto import write_trace_json
-
-        return write_trace_json(self.data, self.path, handle, compress=compress)
+    def write(self, handle: IO[bytes], *, compress: bool = False) -> int:
+        """Stream the document to the binary *handle* (gzip with *compress*) with the
+        format's renderer; the number of events written."""
+        renderer = registry.export_renderer(self.format)
+        options = RenderOptions(compress=compress)
+        if renderer.stream is None:
+            raise UsageError(f"the {self.format} export cannot be streamed")
+        return renderer.stream()(self, options, handle)
 
 
 def export(
@@ -847,8 +849,7 @@ def export(
     from specnsys.metrics.timeline_export import cut_to_events, timeline_export
     from specnsys.render.perfetto import metadata_events
 
-    if format not in EXPORT_FORMATS:
-        raise UsageError(f"unknown export format {format!r} (one of {', '.join(EXPORT_FORMATS)})")
+    registry.export_renderer(format)  # an unknown format fails before the trace is read
     if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
         raise UsageError(f"max_events: {max_events!r} is not a positive number of events")
     mapping = resolve_rules(rules)

@@ -37,14 +37,18 @@ evenly by *n* phases whose GPU work ran at once, so a phase's exact total is
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from specnsys.metrics.timeline_export import TimelineExport
 
+if TYPE_CHECKING:
+    from specnsys.render.renderer import RenderOptions
+
 __all__ = [
-    "PHASE_CNAMES", "metadata_events", "other_data", "render_events", "trace_document",
+    "PHASE_CNAMES", "ExportSource", "metadata_events", "render", "write", "other_data", "render_events", "trace_document",
     "write_trace_json",
 ]  # fmt: skip
 
@@ -304,3 +308,28 @@ def trace_document(data: TimelineExport, trace: str) -> dict[str, Any]:
         "otherData": other_data(data, trace),
         "traceEvents": list(render_events(data)),
     }
+
+
+class ExportSource(Protocol):
+    """What the export renderer reads of a result (:class:`specnsys.api.Export`): the timeline
+    export and the path of the trace it came from."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def data(self) -> TimelineExport: ...
+
+
+def write(source: ExportSource, options: RenderOptions, handle: IO[bytes]) -> int:
+    """The registry's streaming renderer (``export --format perfetto``): the document written
+    to *handle*, gzip with ``options.compress``; the number of events."""
+    return write_trace_json(source.data, source.path, handle, compress=options.compress)
+
+
+def render(source: ExportSource, options: RenderOptions) -> bytes:
+    """The registry's renderer: the whole document as bytes (gzip with ``options.compress``),
+    the same bytes :func:`write` streams."""
+    buffer = io.BytesIO()
+    write(source, options, buffer)
+    return buffer.getvalue()

@@ -11,12 +11,16 @@ Values are printed in the tick labels, so no label can sit on a bar or a marker.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
 from specnsys.render.palette import phase_color
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
+
+if TYPE_CHECKING:
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
 
 __all__ = ["acceptance_data", "acceptance_figure"]
 
@@ -145,3 +149,10 @@ def acceptance_figure(data: Mapping[str, Any]) -> Figure:
         if data.get("note"):
             fig.supxlabel(data["note"], fontsize=8, color="#666666")
         return fig
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> dict[str, Any]:
+    """The acceptance of the first speculative run (else the first run, which says why it
+    has none) (``plot acceptance``)."""
+    spec = next((r for r in runs if r.analysis.mode == "spec"), runs[0])
+    return acceptance_data(spec.data)

@@ -16,8 +16,8 @@ share of a baseline run), so its chart is not available rather than drawn in ano
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -27,6 +27,10 @@ from specnsys.metrics.whatcut import CutCandidate, WhatCut, what_to_cut
 from specnsys.render.palette import phase_color
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 from specnsys.render.plots.phases import accelerable_label, generic_headline, headline
+
+if TYPE_CHECKING:
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
 
 __all__ = ["amdahl_data", "amdahl_figure"]
 
@@ -244,3 +248,14 @@ def amdahl_figure(data: Mapping[str, Any]) -> Figure:
         longest = max(len(c["label"]) for c in data["curves"])
         fig.legend(loc="outside lower center", ncol=1 if longest > 50 else 2, fontsize=8.5)
         return fig
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> dict[str, Any]:
+    """The first baseline's p, with the operating point of the first baseline/spec pair when
+    there is one (``plot amdahl``)."""
+    from specnsys.render.runs import pair_runs
+
+    if {"baseline", "spec"} <= {r.analysis.mode for r in runs}:
+        base, _spec, comparison = pair_runs(runs, same_output=options.same_output)[0]
+        return amdahl_data(base.data, comparison)
+    return amdahl_data(runs[0].data)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
@@ -29,6 +29,10 @@ from specnsys.render.plots.common import (
     style,
     suptitle,
 )
+
+if TYPE_CHECKING:
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
 
 __all__ = [
     "accelerable_label", "generic_headline", "headline", "phases_data", "phases_figure",
@@ -259,3 +263,8 @@ def _one_label_per_segment(labels: Mapping[Any, tuple[Any, Any]]) -> None:
             if id(patch) in seen:
                 text.set_visible(False)
             seen.add(id(patch))
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> dict[str, Any]:
+    """The phases figure of analyzed traces: one bar per run (``plot phases``)."""
+    return phases_data([(r.label, r.data) for r in runs])

@@ -16,12 +16,16 @@ ladder, and the data says so (``zero``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
 from specnsys.render.palette import ordered_phases
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
+
+if TYPE_CHECKING:
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
 
 __all__ = ["STEP_QUANTILES", "steps_data", "steps_figure"]
 
@@ -153,3 +157,8 @@ def steps_figure(data: Mapping[str, Any]) -> Figure:
         ax.grid(True, axis="x", which="both", color="#EEEEEE")
         ax.legend(fontsize=8, loc="best")
         return fig
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> dict[str, Any]:
+    """The step-time tails of analyzed traces, one panel row per run (``plot steps``)."""
+    return steps_data([(r.label, r.data) for r in runs])

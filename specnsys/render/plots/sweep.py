@@ -9,13 +9,18 @@ analysis), else ``concurrency`` when every run reports a distinct one, else the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from specnsys.errors import UsageError
 from specnsys.render.palette import phase_color
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
+
+if TYPE_CHECKING:
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
 
 __all__ = ["sweep_data", "sweep_figure"]
 
@@ -122,3 +127,24 @@ def sweep_figure(data: Mapping[str, Any]) -> Figure:
         ax.grid(True, axis="y", color="#EEEEEE")
         fig.legend(loc="outside lower center", ncol=3, fontsize=8.5)
         return fig
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> dict[str, Any]:
+    """Each speculative run against the nearest baseline before it (two runs may come in
+    either order) (``plot sweep`` of traces)."""
+    from specnsys.render.runs import pair_runs
+
+    modes = {r.analysis.mode for r in runs}
+    if "generic" in modes:
+        raise UsageError(
+            "sweep needs a baseline trace and at least one speculative trace (it draws p, r "
+            "and speedups); generic runs have none: use plot phases or compare A B"
+        )
+    if not {"baseline", "spec"} <= modes:
+        raise UsageError("sweep needs a baseline trace and at least one speculative trace")
+    return sweep_data(
+        [
+            {"label": s.label, "analysis": s.data, "comparison": c}
+            for _b, s, c in pair_runs(runs, same_output=options.same_output)
+        ]
+    )
