@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from specnsys.errors import BadInputError, SpecnsysWarning, UsageError
 from specnsys.render import registry
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from specnsys.metrics.ab_compare import ABComparison
     from specnsys.metrics.ranks import Rank
     from specnsys.metrics.timeline_export import TimelineExport
+    from specnsys.render.perfetto import TraceDocument
     from specnsys.render.runs import Run
 
 #: What ``import specnsys`` exposes from here (besides the result classes below).
@@ -87,7 +88,15 @@ def resolve_rules(spec: PhaseRules | str | Path | None) -> PhaseRules | None:
     return resolve(spec)
 
 
-def warn(result: Any) -> None:
+class Warned(Protocol):
+    """A result that carries the data warnings about the exports it read (every result of
+    this module, and :class:`~specnsys.metrics.Analysis`)."""
+
+    @property
+    def data_warnings(self) -> Sequence[str]: ...
+
+
+def warn(result: Warned) -> None:
     """Issue each of *result*'s data warnings as a :class:`SpecnsysWarning` (what the CLI
     prints as ``specnsys: warning: PATH: note`` after the result)."""
     for text in result.data_warnings:
@@ -244,7 +253,7 @@ def fit_trace(
     return fit, tuple(notes)
 
 
-def _warnings_of(results: Sequence[Any]) -> tuple[str, ...]:
+def _warnings_of(results: Sequence[Warned]) -> tuple[str, ...]:
     return tuple(text for r in results for text in r.data_warnings)
 
 
@@ -260,7 +269,7 @@ class Compared:
     def data_warnings(self) -> tuple[str, ...]:
         return _warnings_of(self.analyses)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``compare --json`` document: one comparison, or ``{"runs": [...]}``."""
         docs = [c.to_dict() for c in self.comparisons]
         return docs[0] if len(docs) == 1 else {"runs": docs}
@@ -443,14 +452,14 @@ class Table:
     the default rows, and the document has no such key."""
 
     @property
-    def header(self) -> dict[str, Any]:
+    def header(self) -> dict[str, str]:
         """The ``--json`` document's keys before ``rows``."""
-        header: dict[str, Any] = {"trace": self.path}
+        header = {"trace": self.path}
         if self.per is not None:
             header["per"] = self.per
         return {**header, **(self.grouping or {})}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``--json`` document: ``trace``, ``per`` (ranges), the grouping asked, ``rows``."""
         return {**self.header, "rows": self.frame.to_dicts()}
 
@@ -502,12 +511,12 @@ def ranges(
 class WhatIf:
     """Leviathan's expected speedup, the best k and the Amdahl-limited result (``whatif``)."""
 
-    result: dict[str, Any]
+    result: dict[str, object]
     sources: dict[str, str]
     """Input -> where its value came from (``measured in PATH``, ``given``)."""
     data_warnings: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return self.result
 
 
@@ -539,15 +548,15 @@ def whatif(
         if a.mode in by_mode:
             raise UsageError(f"whatif takes one trace per mode; got two {a.mode} traces")
         by_mode[a.mode] = a
-    measured: dict[str, Any] = {}
+    measured: dict[str, float] = {}  # alpha, c, p
+    k_at: int | None = None
     sources: dict[str, str] = {}
     base, spec = by_mode.get("baseline"), by_mode.get("spec")
     if base is not None and base.p is not None:
         measured["p"], sources["p"] = base.p, f"measured in {base.path}"
     if spec is not None:
         if spec.acceptance is not None:
-            measured["alpha"] = spec.acceptance["alpha"]
-            measured["k"] = spec.k
+            measured["alpha"], k_at = spec.acceptance["alpha"], spec.k
             sources["alpha"] = sources["k"] = f"measured in {spec.path}"
         ratio, ratio_from = spec.draft_cost_ratio, "draft forward / verify"
         if base is not None:
@@ -558,7 +567,11 @@ def whatif(
             measured["c"], sources["c"] = ratio, f"measured: {ratio_from}"
     for key, value in (("alpha", alpha), ("k", k), ("c", c), ("p", p)):
         if value is not None:
-            measured[key], sources[key] = value, "given"
+            sources[key] = "given"
+            if key == "k":
+                k_at = k
+            else:
+                measured[key] = value
     missing = [key for key in ("alpha", "c") if key not in measured]
     if missing:
         raise UsageError(
@@ -566,7 +579,7 @@ def whatif(
             "speculative trace that measures them"
         )
     result = leviathan(
-        measured["alpha"], measured.get("k"), measured["c"], measured.get("p"),
+        measured["alpha"], k_at, measured["c"], measured.get("p"),
         k_max=k_max if k_max is not None else DEFAULT_K_MAX,
     )  # fmt: skip
     result["sources"] = sources
@@ -616,7 +629,7 @@ class Figure:
     """One figure's data (titles, bar lengths, points) and the drawing of it (``plot``)."""
 
     kind: str
-    data: dict[str, Any]
+    data: dict[str, object]
     data_warnings: tuple[str, ...] = ()
 
     @property
@@ -631,7 +644,7 @@ class Figure:
         """The figure as the PNG or SVG bytes that *path*'s suffix asks for (not written)."""
         return registry.figure_image(self.data, RenderOptions(Path(path), salt=self.kind))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return self.data
 
 
@@ -640,7 +653,7 @@ def _runs(
     rules: PhaseRules | None,
     pid: int | None,
     use_cache: bool,
-    advance: Any,
+    advance: Callable[[str], None],
     tokens: Sequence[int | None] | None = None,
     window: str | None = None,
 ) -> list[Run]:
@@ -723,7 +736,7 @@ class Report:
     html: str
     data_warnings: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"html": self.html, "data_warnings": list(self.data_warnings)}
 
 
@@ -762,7 +775,7 @@ def report(
                 _given(_analyze_open(trace, mapping, pid, context, window), given[0]), path
             )
             try:
-                lanes: dict[str, Any] | str = timeline_lanes(
+                lanes: Mapping[str, object] | str = timeline_lanes(
                     trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,
                     context=context,
                 ).to_dict()
@@ -810,11 +823,11 @@ class Export:
     data_warnings: tuple[str, ...] = ()
 
     @property
-    def dropped(self) -> dict[str, Any] | None:
+    def dropped(self) -> Mapping[str, object] | None:
         """What the ``max_events`` cut left out (None: nothing)."""
         return self.data.dropped
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TraceDocument:
         """The whole Chrome trace-event document (:mod:`specnsys.render.perfetto`)."""
         from specnsys.render.perfetto import trace_document
 

@@ -16,11 +16,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from specnsys.metrics.whatcut import WhatCut, accelerable_phases, what_to_cut
 from specnsys.render.palette import ordered_phases, phase_color, text_color_on
 from specnsys.render.plots.common import (
+    LabelBar,
     fit_labels,
     legend_phases,
     new_figure,
@@ -222,7 +225,7 @@ def phases_figure(data: Mapping[str, Any]) -> Figure:
             return fig
         ax.set_title(data["subtitle"], fontsize=9, color="#555555", fontweight="normal")
         n = len(bars)
-        labels = {}
+        labels: dict[Text, tuple[Axes, LabelBar]] = {}
         longest = max((b["total"] for b in bars), default=1.0) or 1.0
         for i, bar in enumerate(bars):
             y = n - 1 - i
@@ -255,7 +258,7 @@ def phases_figure(data: Mapping[str, Any]) -> Figure:
         return fig
 
 
-def _one_label_per_segment(labels: Mapping[Any, tuple[Any, Any]]) -> None:
+def _one_label_per_segment(labels: Mapping[Text, tuple[Axes, LabelBar]]) -> None:
     """Keep only the first visible label of each segment (the long one when it fitted)."""
     seen: set[int] = set()
     for text, (_ax, patch) in labels.items():

@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from specnsys.render.palette import ordered_phases, phase_color, text_color_on
 from specnsys.render.plots.common import (
+    LabelBar,
     fit_labels,
     legend_phases,
     new_figure,
@@ -170,7 +173,7 @@ def timeline_figure(data: Mapping[str, Any]) -> Figure:
         min_width = data.get("min_width_ms", 0.0)
         subtitle = "\n".join([data["subtitle"], *data["notes"]])
         ax.set_title(subtitle, fontsize=9, color="#555555", fontweight="normal")
-        labels = {}
+        labels: dict[Text, tuple[Axes, LabelBar]] = {}
         n = len(rows)
         for i, row in enumerate(rows):
             y = n - 1 - i

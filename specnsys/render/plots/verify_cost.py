@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from specnsys.render.palette import phase_color
@@ -47,7 +48,7 @@ def verify_cost_data(points: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": "verify-cost", "title": title, "not_available": None, "families": families}
 
 
-def _line(ax: Any, fit: Mapping[str, Any] | None, xs: list[float], color: str, label: str) -> None:
+def _line(ax: Axes, fit: Mapping[str, Any] | None, xs: list[float], color: str, label: str) -> None:
     if not fit or not xs:
         return
     lo, hi = min(xs), max(xs)
