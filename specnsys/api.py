@@ -761,6 +761,7 @@ def report(
     from specnsys.metrics.ab_compare import ab_compare
     from specnsys.metrics.comparison import is_ab_pairing
     from specnsys.render.build import ReportContent
+    from specnsys.render.documents import ABDoc, ComparisonDoc, LanesDoc, ab_doc, lanes_doc
     from specnsys.render.progress import progress
     from specnsys.render.runs import Run, pair_runs, run_label
 
@@ -775,24 +776,24 @@ def report(
                 _given(_analyze_open(trace, mapping, pid, context, window), given[0]), path
             )
             try:
-                lanes: Mapping[str, object] | str = timeline_lanes(
+                lanes: LanesDoc | str = lanes_doc(timeline_lanes(
                     trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,
                     context=context,
-                ).to_dict()
+                ).to_dict())  # fmt: skip
             except BadInputError as err:  # no phase range on any thread: no timeline to draw
                 if step is not None or window_ms is not None:
                     raise  # the user asked for a step or a window: that is the error
                 lanes = str(err).removeprefix(f"{trace.path}: ")
         primary = Run(run_label(path), Path(path), replace(analysis, data_warnings=tuple(notes)))
         runs = [primary]
-        comparison = None
+        comparison: ComparisonDoc | ABDoc | None = None
         if baseline is not None:
             runs = [
                 *_runs([baseline], mapping, pid, use_cache, advance, given[1:], window), primary
             ]
             notes += runs[0].analysis.data_warnings
             if is_ab_pairing([r.analysis for r in runs]):  # A = BASELINE, B = TRACE
-                comparison = ab_compare(runs[0].analysis, runs[1].analysis).to_dict()
+                comparison = ab_doc(ab_compare(runs[0].analysis, runs[1].analysis).to_dict())
             elif {r.analysis.mode for r in runs} != {"baseline", "spec"}:
                 modes = ", ".join(f"{r.label}: {r.analysis.mode}" for r in runs)
                 raise BadInputError(

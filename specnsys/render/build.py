@@ -8,9 +8,11 @@ trace and runs no analysis.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from specnsys.render.documents import ABDoc, ComparisonDoc, LanesDoc, is_ab, whatcut_doc
 
 if TYPE_CHECKING:
     from specnsys.render.renderer import RenderOptions
@@ -27,8 +29,8 @@ class ReportContent:
     phase ranges has no driver thread to draw)."""
 
     runs: Sequence[Run]
-    comparison: Mapping[str, Any] | None
-    lanes: Mapping[str, Any] | str
+    comparison: ComparisonDoc | ABDoc | None
+    lanes: LanesDoc | str
 
 
 def render_report(content: ReportContent, options: RenderOptions) -> str:
@@ -51,7 +53,7 @@ def render_report(content: ReportContent, options: RenderOptions) -> str:
     advance("figures")
     spec = next((r for r in runs if r.analysis.mode == "spec"), None)
     labelled = [(r.label, d) for r, d in zip(runs, docs, strict=True)]
-    paired = None if comparison is not None and comparison.get("kind") == "ab" else comparison
+    paired = None if comparison is not None and is_ab(comparison) else comparison
     # the report's figures, in its order (phases, amdahl, acceptance, timeline)
     drawn = [
         (phases_data(labelled, cuts), phases_figure),
@@ -73,7 +75,7 @@ def render_report(content: ReportContent, options: RenderOptions) -> str:
     return render_report_html(
         runs=labelled,
         comparison=comparison,
-        whatcut=cuts[0].to_dict(),
+        whatcut=whatcut_doc(cuts[0].to_dict()),
         figures=figures,
         timeline_label=None if isinstance(lanes, str) else lanes["label"],
         version=__version__,

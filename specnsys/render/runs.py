@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from specnsys.render.documents import AnalysisDoc, ComparisonDoc, analysis_doc, comparison_doc
 
 if TYPE_CHECKING:
     from specnsys.metrics import Analysis
@@ -27,8 +29,8 @@ class Run:
     analysis: Analysis
 
     @property
-    def data(self) -> dict[str, Any]:
-        return self.analysis.to_dict()
+    def data(self) -> AnalysisDoc:
+        return analysis_doc(self.analysis.to_dict())
 
 
 def run_label(path: str | Path) -> str:
@@ -42,7 +44,7 @@ def run_label(path: str | Path) -> str:
 
 def pair_runs(
     runs: Sequence[Run], *, same_output: bool = False
-) -> list[tuple[Run, Run, dict[str, Any]]]:
+) -> list[tuple[Run, Run, ComparisonDoc]]:
     """(baseline, spec, compare dict) for each speculative run, nearest baseline before it.
 
     Two traces given in either order are put as baseline, spec first. *same_output*: the
@@ -59,4 +61,7 @@ def pair_runs(
     if same_output:
         comparisons = with_same_output(comparisons)
     by_id = {id(r.analysis): r for r in runs}
-    return [(by_id[id(c.baseline)], by_id[id(c.spec)], c.to_dict()) for c in comparisons]
+    return [
+        (by_id[id(c.baseline)], by_id[id(c.spec)], comparison_doc(c.to_dict()))
+        for c in comparisons
+    ]
