@@ -20,6 +20,7 @@ from specnsys.render.documents import (
     ComparisonDoc,
     CutWhatIfDoc,
     Nesting,
+    PhaseRow,
     RankRow,
     Spread,
     Straggler,
@@ -117,7 +118,7 @@ def _warnings(warnings: list[str]) -> list[str]:
 def _headline(d: AnalysisDoc) -> list[str]:
     phases = d["phases"]
     window = d["window_ns"]
-    acc_names = [p for p in d["accelerable_phases"] if p in phases and phases[p]["wall_ns"]]
+    acc_names = [p for p in d["accelerable_phases"] if _wall_ns(phases.get(p))]
     acc_text = " + ".join(f"{p} {_ms(phases[p]['wall_ns'])} ms" for p in acc_names) or "none"
     non_acc = d["non_accelerable"]
     rest = ", ".join(f"{r['phase']} {_pct(r['share'])}" for r in non_acc[:6])
@@ -146,6 +147,10 @@ def _headline(d: AnalysisDoc) -> list[str]:
             f"non-accelerable {_pct(non_acc_share)}, dominated by {non_acc[0]['phase']}: {rest}"
         )
     return lines
+
+
+def _wall_ns(row: PhaseRow | None) -> int | None:
+    return row.get("wall_ns") if row else None
 
 
 def _short(name: str, limit: int = 40) -> str:

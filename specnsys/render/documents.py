@@ -11,6 +11,7 @@ there (tests/test_render_documents.py checks the value types on real documents).
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, TypeVar, cast
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ABDoc", "AnalysisDoc", "ComparisonDoc", "CutWhatIfDoc", "LanesDoc", "LeviathanDoc",
     "RanksDoc", "Spread", "WhatCutDoc", "ab_doc", "analysis_doc", "comparison_doc",
-    "cut_whatif_doc", "document", "is_ab", "lanes_doc", "leviathan_doc", "whatcut_doc",
+    "cut_whatif_doc", "document", "is_ab", "lanes_doc", "leviathan_doc", "required_keys",
+    "whatcut_doc",
 ]  # fmt: skip
 
 
@@ -469,10 +471,23 @@ class LanesDoc(TypedDict):
 D = TypeVar("D")
 
 
+_REQUIRED: dict[object, frozenset[str]] = {}
+
+
+def required_keys(shape: object) -> frozenset[str]:
+    """The keys the TypedDict *shape* requires. Not its ``__required_keys__``: under postponed
+    annotations (this module's) Python 3.11 cannot see ``NotRequired`` and counts every key."""
+    if shape not in _REQUIRED:
+        hints = typing.get_type_hints(shape, include_extras=True)
+        _REQUIRED[shape] = frozenset(
+            k for k, t in hints.items() if typing.get_origin(t) is not NotRequired
+        )
+    return _REQUIRED[shape]
+
+
 def document(doc: Mapping[str, object], shape: type[D], what: str) -> D:
     """*doc* as the document *shape* describes, once every key *shape* requires is there."""
-    required: frozenset[str] = getattr(shape, "__required_keys__")  # noqa: B009 - type[D] has none
-    missing = sorted(required - doc.keys())
+    missing = sorted(required_keys(shape) - doc.keys())
     if missing:
         raise TypeError(f"not {what}: no {', '.join(missing)}")
     return cast(D, doc)

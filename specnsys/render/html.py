@@ -246,8 +246,8 @@ def _answer(
         )
     elif whatcut.get("not_available"):
         lines.append(f"What to cut: not available ({_e(whatcut['not_available'])}).")
-    warnings = [w for _label, a in runs for w in a["warnings"]]
-    warnings += [] if comparison is None else comparison["warnings"]
+    warnings = [w for _label, a in runs for w in a.get("warnings") or []]
+    warnings += (None if comparison is None else comparison.get("warnings")) or []
     out = [f"<p>{line}</p>" for line in lines]
     out += [f'<p class="warn">Warning: {_e(w)}</p>' for w in dict.fromkeys(warnings)]
     return "\n".join(out)
@@ -256,38 +256,39 @@ def _answer(
 def _comparison_answer(c: ComparisonDoc) -> list[str]:
     """The answer for a baseline and a speculative run: measured against predicted, and the
     phase that moved most."""
-    m = c["measured_speedup"]
+    m = c.get("measured_speedup")
     if m is None:
         return []
     faster = "faster" if m >= 1 else "slower"
-    holds = c["prediction_holds"]
+    holds = c.get("prediction_holds")
     lines = [
         f"Speculative decoding ran at <b>{_x(m)}</b> the baseline's speed per output token "
-        f"({faster}). Amdahl's law predicted <b>{_x(c['predicted_speedup'])}</b> from the "
-        f"baseline's bottleneck share p = {_num(c['p'], '.2f')} and r = "
-        f"{_num(c['r'], '.2f')} (the accelerable part's speedup per token): the gap is "
-        f"{_signed(c['gap'])}"
+        f"({faster}). Amdahl's law predicted <b>{_x(c.get('predicted_speedup'))}</b> from the "
+        f"baseline's bottleneck share p = {_num(c.get('p'), '.2f')} and r = "
+        f"{_num(c.get('r'), '.2f')} (the accelerable part's speedup per token): the gap is "
+        f"{_signed(c.get('gap'))}"
         + (
             ""
             if holds is None
             else (", within the 10% tolerance." if holds else ", outside the 10% tolerance.")
         )
     ]
-    r = c["r"]
+    r = c.get("r")
     if r is not None and r < 1:
         lines.append(
             "r &lt; 1: draft + verify cost more per output token than the baseline's forward "
             "passes, so speculation slows the accelerable part down; no bottleneck share "
             "can turn that into a speedup."
         )
-    moved = c["moved_phase"]
+    moved = c.get("moved_phase")
     if moved:
-        row = c["phases"].get(moved)
-        contribution = None if row is None else row["gap_contribution"]
+        phases = c.get("phases")
+        row = phases.get(moved) if phases else None
+        contribution = row.get("gap_contribution") if row else None
         lines.append(
             f"Where prediction and measurement part: {_phase(moved)} moved the most per "
             f"output token; its gap contribution is {_signed(contribution)} of the "
-            f"{_signed(c['gap'])} gap (the phase table below breaks the gap down)."
+            f"{_signed(c.get('gap'))} gap (the phase table below breaks the gap down)."
         )
     return lines
 
@@ -421,8 +422,10 @@ def _compare_section(c: ComparisonDoc) -> str:
 
 
 def _analysis_block(label: str, a: AnalysisDoc) -> str:
-    acc = a["acceptance"]
-    ttft, tpot = a["latency"]["ttft_ns"]["p50"], a["latency"]["tpot_ns"]["p50"]
+    acc = a.get("acceptance")
+    latency = a.get("latency")
+    ttft = _p50(latency.get("ttft_ns") if latency else None)
+    tpot = _p50(latency.get("tpot_ns") if latency else None)
     summary = [
         ["mode", _e(a.get("mode"))],
         ["window", _with_unit(_ms(a.get("window_ns")), "ms")],
@@ -476,8 +479,8 @@ def _analysis_block(label: str, a: AnalysisDoc) -> str:
 
 def _findings_block(a: AnalysisDoc, limit: int = 10) -> str:
     """The expert-rule findings inside the steps (metrics/findings.py), largest first."""
-    findings = a["findings"]
-    found = [] if findings is None else findings["findings"]
+    findings = a.get("findings")
+    found = (findings.get("findings") if findings else None) or []
     if not found:
         return ""
     rows = [
@@ -504,6 +507,10 @@ def _step_tails_block(a: AnalysisDoc) -> str:
     return f"<p>Per decode step, ms ({_e(dist['of'])}):</p>" + _table(
         ["", "n", "p50", "p90", "p99", "max"], rows
     )
+
+
+def _p50(spread: Spread | None) -> float | None:
+    return spread.get("p50") if spread else None
 
 
 def _spread(s: Spread) -> list[str]:
@@ -568,12 +575,14 @@ def _not_available(
     rows = [
         [_e(label), _e(metric), f'<span class="text">{_e(reason)}</span>']
         for label, a in runs
-        for metric, reason in a["not_available"].items()
+        for metric, reason in (a.get("not_available") or {}).items()
         if metric not in unlisted(a)  # as the text: one process analysed is the report's view
     ]
     rows += [
         ["comparison", _e(metric), f'<span class="text">{_e(reason)}</span>']
-        for metric, reason in ({} if comparison is None else comparison["not_available"]).items()
+        for metric, reason in (
+            (None if comparison is None else comparison.get("not_available")) or {}
+        ).items()
     ]
     if not rows:
         return "<p>Everything the report shows could be measured from these traces.</p>"
