@@ -97,9 +97,13 @@ def test_comparisons_ab_diffs_and_whatifs_are_what_the_renderers_read() -> None:
 def test_a_gpu_trace_with_findings_and_kernels(tmp_path: Path) -> None:
     from tests.test_plots_lanes import build_gpu_trace
 
-    doc = specnsys.analyze(build_gpu_trace(tmp_path / "gpu.sqlite")).to_dict()
+    path = build_gpu_trace(tmp_path / "gpu.sqlite")
+    doc = specnsys.analyze(path).to_dict()
     assert doc["gpu"] and doc["top_kernels"] and doc["gpu_time"]
     _check(doc, d.AnalysisDoc)
+    lanes = specnsys.timeline(path).to_dict()
+    assert lanes["gpu"] and lanes["api"] and lanes["gpu_gaps"]
+    _check(lanes, d.LanesDoc)
 
 
 def test_several_processes_and_their_straggler(tmp_path: Path) -> None:
@@ -136,3 +140,27 @@ def test_a_document_without_a_declared_key_is_refused() -> None:
 def test_the_checker_finds_a_wrong_type() -> None:
     assert conformance({"count": "3"}, d.Spread) != []
     assert conformance(1.5, int) and not conformance(2, float) and conformance(True, int)
+
+
+FIGURES = {
+    "phases": ("specnsys.render.plots.phases", "PhasesFigure", (BASE, SPEC)),
+    "amdahl": ("specnsys.render.plots.amdahl", "AmdahlFigure", (BASE, SPEC)),
+    "acceptance": ("specnsys.render.plots.acceptance", "AcceptanceFigure", (SPEC,)),
+    "sweep": ("specnsys.render.plots.sweep", "SweepFigure", (BASE, SPEC_K2, SPEC)),
+    "timeline": ("specnsys.render.plots.timeline", "TimelineFigure", (SPEC,)),
+    "steps": ("specnsys.render.plots.steps", "StepsFigure", (BASE, SPEC)),
+}
+
+
+@pytest.mark.parametrize("kind", FIGURES)
+def test_each_figures_data_is_its_typed_dict(kind: str) -> None:
+    """What ``plot --data`` writes is what the figure's TypedDict says, drawn or not."""
+    import importlib
+
+    module, name, paths = FIGURES[kind]
+    shape = getattr(importlib.import_module(module), name)
+    _check(specnsys.figure(kind, *paths).data, shape)
+    if kind == "acceptance":  # a baseline has none: the "not available" form
+        data = importlib.import_module(module).acceptance_data(specnsys.analyze(BASE).to_dict())
+        assert data["not_available"]
+        _check(data, shape)

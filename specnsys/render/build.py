@@ -8,13 +8,16 @@ trace and runs no analysis.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specnsys.render.documents import ABDoc, ComparisonDoc, LanesDoc, is_ab, whatcut_doc
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from specnsys.render.plots.timeline import TimelineFigure
     from specnsys.render.renderer import RenderOptions
     from specnsys.render.runs import Run
 
@@ -54,23 +57,24 @@ def render_report(content: ReportContent, options: RenderOptions) -> str:
     spec = next((r for r in runs if r.analysis.mode == "spec"), None)
     labelled = [(r.label, d) for r, d in zip(runs, docs, strict=True)]
     paired = None if comparison is not None and is_ab(comparison) else comparison
-    # the report's figures, in its order (phases, amdahl, acceptance, timeline)
-    drawn = [
-        (phases_data(labelled, cuts), phases_figure),
-        (amdahl_data(docs[0], paired, cut=cuts[0]), amdahl_figure),
+    # the report's figures, in its order (phases, amdahl, acceptance, timeline): each one's
+    # kind, title and drawing, the data of all made before any is drawn
+    p, a = phases_data(labelled, cuts), amdahl_data(docs[0], paired, cut=cuts[0])
+    drawn: list[tuple[str, str, Callable[[], Figure]]] = [
+        (p["kind"], p["title"], lambda: phases_figure(p)),
+        (a["kind"], a["title"], lambda: amdahl_figure(a)),
     ]
     if spec is not None:
-        drawn.append((acceptance_data(spec.data), acceptance_figure))
-    if isinstance(lanes, str):
-        unavailable = {"kind": "timeline", "title": "timeline: not available", "rows": [],
-                       "not_available": lanes}  # fmt: skip
-        drawn.append((unavailable, timeline_figure))
-    else:
-        drawn.append((timeline_data(lanes), timeline_figure))
-    figures = [
-        ReportFigure(data["kind"], data["title"], svg_text(draw(data), salt=data["kind"]))
-        for data, draw in drawn
-    ]
+        acc = acceptance_data(spec.data)
+        drawn.append((acc["kind"], acc["title"], lambda: acceptance_figure(acc)))
+    t: TimelineFigure = (
+        {"kind": "timeline", "title": "timeline: not available", "rows": [],
+         "not_available": lanes}
+        if isinstance(lanes, str)
+        else timeline_data(lanes)
+    )  # fmt: skip
+    drawn.append((t["kind"], t["title"], lambda: timeline_figure(t)))
+    figures = [ReportFigure(kind, title, svg_text(draw(), salt=kind)) for kind, title, draw in drawn]
     advance("render HTML")
     return render_report_html(
         runs=labelled,

@@ -55,7 +55,7 @@ class Acceptance(TypedDict):
     expected_tokens_per_step: float
     sequence_steps: int
     accepted_histogram: list[int]
-    histogram_source: NotRequired[str]
+    k_values: list[int]
 
 
 class Spread(TypedDict):
@@ -291,6 +291,8 @@ class AnalysisDoc(TypedDict):
     warnings: list[str]
     ranks: RanksDoc | None
     profiler_overhead: ProfilerOverhead | None
+    concurrency: NotRequired[int | None]
+    """Not in ``analyze --json`` today: a sweep orders its runs by it when a document has it."""
 
 
 class Pair(TypedDict):
@@ -461,11 +463,48 @@ class CutWhatIfDoc(TypedDict):
     not_available: dict[str, str]
 
 
+class Span(TypedDict):
+    """A lane's interval, ns on the session clock."""
+
+    start_ns: int
+    end_ns: int
+    phase: NotRequired[str | None]
+
+
+class CpuRange(Span):
+    level: int
+
+
+class ApiCall(Span):
+    name: str | None
+
+
+class GpuOp(Span):
+    lane: str
+    name: str | None
+
+
+class GpuGap(TypedDict):
+    start_ns: int
+    end_ns: int
+    cpu_phase: str | None
+
+
 class LanesDoc(TypedDict):
     """One decode step or window as CPU / CUDA API / GPU lanes: :meth:`specnsys.attribution.
-    lanes.TimelineLanes.to_dict` (the timeline figure reads the lanes' rows itself)."""
+    lanes.TimelineLanes.to_dict`."""
 
     label: str
+    pid: int
+    driver_tid: int | None
+    window_ns: int
+    cpu: list[CpuRange]
+    api: list[ApiCall]
+    gpu: list[GpuOp]
+    gpu_gaps: list[GpuGap]
+    cpu_exclusive_ns: dict[str, int]
+    gpu_busy_ns: int | None
+    not_available: dict[str, str]
 
 
 D = TypeVar("D")

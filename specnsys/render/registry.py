@@ -27,6 +27,7 @@ from specnsys.render.renderer import (
     FromRuns,
     Renderer,
     RenderOptions,
+    checked_drawing,
 )
 
 if TYPE_CHECKING:
@@ -83,9 +84,9 @@ def _figure(
 
 
 def _phases() -> Mapping[str, DrawFunction]:
-    from specnsys.render.plots.phases import phases_figure
+    from specnsys.render.plots.phases import PhasesFigure, phases_figure
 
-    return {"phases": phases_figure}
+    return {"phases": checked_drawing(phases_figure, PhasesFigure)}
 
 
 def _phases_data() -> FromRuns:
@@ -95,9 +96,9 @@ def _phases_data() -> FromRuns:
 
 
 def _amdahl() -> Mapping[str, DrawFunction]:
-    from specnsys.render.plots.amdahl import amdahl_figure
+    from specnsys.render.plots.amdahl import AmdahlFigure, amdahl_figure
 
-    return {"amdahl": amdahl_figure}
+    return {"amdahl": checked_drawing(amdahl_figure, AmdahlFigure)}
 
 
 def _amdahl_data() -> FromRuns:
@@ -107,9 +108,9 @@ def _amdahl_data() -> FromRuns:
 
 
 def _acceptance() -> Mapping[str, DrawFunction]:
-    from specnsys.render.plots.acceptance import acceptance_figure
+    from specnsys.render.plots.acceptance import AcceptanceFigure, acceptance_figure
 
-    return {"acceptance": acceptance_figure}
+    return {"acceptance": checked_drawing(acceptance_figure, AcceptanceFigure)}
 
 
 def _acceptance_data() -> FromRuns:
@@ -119,10 +120,13 @@ def _acceptance_data() -> FromRuns:
 
 
 def _sweep() -> Mapping[str, DrawFunction]:
-    from specnsys.render.plots.sweep import sweep_figure
-    from specnsys.render.plots.sweep_grid import sweep_grid_figure
+    from specnsys.render.plots.sweep import SweepFigure, sweep_figure
+    from specnsys.render.plots.sweep_grid import SweepGridFigure, sweep_grid_figure
 
-    return {"sweep": sweep_figure, "sweep-grid": sweep_grid_figure}
+    return {
+        "sweep": checked_drawing(sweep_figure, SweepFigure),
+        "sweep-grid": checked_drawing(sweep_grid_figure, SweepGridFigure),
+    }
 
 
 def _sweep_data() -> FromRuns:
@@ -138,9 +142,9 @@ def _sweep_grid_data() -> FromDoc:
 
 
 def _timeline() -> Mapping[str, DrawFunction]:
-    from specnsys.render.plots.timeline import timeline_figure
+    from specnsys.render.plots.timeline import TimelineFigure, timeline_figure
 
-    return {"timeline": timeline_figure}
+    return {"timeline": checked_drawing(timeline_figure, TimelineFigure)}
 
 
 def _timeline_data() -> FromDoc:
@@ -150,9 +154,9 @@ def _timeline_data() -> FromDoc:
 
 
 def _steps() -> Mapping[str, DrawFunction]:
-    from specnsys.render.plots.steps import steps_figure
+    from specnsys.render.plots.steps import StepsFigure, steps_figure
 
-    return {"steps": steps_figure}
+    return {"steps": checked_drawing(steps_figure, StepsFigure)}
 
 
 def _steps_data() -> FromRuns:
@@ -162,9 +166,9 @@ def _steps_data() -> FromRuns:
 
 
 def _verify_cost() -> Mapping[str, DrawFunction]:
-    from specnsys.render.plots.verify_cost import verify_cost_figure
+    from specnsys.render.plots.verify_cost import VerifyCostFigure, verify_cost_figure
 
-    return {"verify-cost": verify_cost_figure}
+    return {"verify-cost": checked_drawing(verify_cost_figure, VerifyCostFigure)}
 
 
 def _verify_cost_data() -> FromDoc:
@@ -174,9 +178,9 @@ def _verify_cost_data() -> FromDoc:
 
 
 def _forecast() -> Mapping[str, DrawFunction]:
-    from specnsys.render.plots.forecast import forecast_figure
+    from specnsys.render.plots.forecast import ForecastFigure, forecast_figure
 
-    return {"forecast": forecast_figure}
+    return {"forecast": checked_drawing(forecast_figure, ForecastFigure)}
 
 
 def _forecast_data() -> FromDoc:

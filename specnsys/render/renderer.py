@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Generic, Literal, TypeAlias, TypeVar
 
+from specnsys.render.documents import document
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from specnsys.render.runs import Run
 
 __all__ = [
-    "Command", "DrawFunction", "FigureData", "FigureRenderer", "FigureSource", "FromDoc",
+    "Command", "DrawFunction", "checked_drawing", "FigureData", "FigureRenderer", "FigureSource", "FromDoc",
     "FromRuns", "RenderOptions", "Renderer",
 ]  # fmt: skip
 
@@ -37,6 +39,7 @@ FigureData: TypeAlias = Mapping[str, object]
 its ``kind`` names the drawing."""
 
 R = TypeVar("R")
+D = TypeVar("D")
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,12 @@ class Renderer(Generic[R]):
 DrawFunction: TypeAlias = "Callable[[FigureData], Figure]"
 FromRuns: TypeAlias = "Callable[[Sequence[Run], RenderOptions], FigureData]"
 FromDoc: TypeAlias = Callable[[Mapping[str, object]], FigureData]
+
+
+def checked_drawing(draw: Callable[[D], Figure], shape: type[D]) -> DrawFunction:
+    """*draw*, which takes one figure's data (a TypedDict *shape*), as a drawing of any figure
+    data: the data is checked to hold every key *shape* requires first."""
+    return lambda data: draw(document(data, shape, f"{shape.__name__} data"))
 
 
 @dataclass(frozen=True)
