@@ -173,7 +173,7 @@ def test_every_command_answers_on_generic_runs_through_the_cli(runs, tmp_path: P
 
 def test_ab_compare_names_the_phase_that_was_made_slower(runs) -> None:
     compared = specnsys.compare(*runs)
-    doc = compared.to_dict()
+    doc = json_doc(compared.to_dict())
     assert doc["kind"] == "ab" and doc["modes"] == {"a": "generic", "b": "generic"}
     slower = STEPS * SAMPLE * 2  # sampling took three times as long in B
     assert doc["window_ns"]["delta_ns"] == window_of(3) - window_of() == slower
@@ -192,7 +192,7 @@ def test_ab_compare_names_the_phase_that_was_made_slower(runs) -> None:
 def test_same_mode_pairs_are_ab_and_baseline_then_spec_keeps_its_comparison() -> None:
     base = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
     spec = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
-    same = specnsys.compare(base, base).to_dict()
+    same = json_doc(specnsys.compare(base, base).to_dict())
     assert same["kind"] == "ab" and same["moved"] == [] and same["window_ns"]["delta_ns"] == 0
     assert all(r["delta_ns"] == 0 for r in same["phases"].values())
     specs = specnsys.compare(spec, spec).to_dict()

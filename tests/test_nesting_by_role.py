@@ -20,7 +20,7 @@ import specnsys
 from specnsys.metrics.analysis import Analysis
 from specnsys.metrics.structure import STRUCTURE_PREFIX
 from specnsys.testing.builder import NsysExportBuilder
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, json_doc
 
 
 class Loop:
@@ -173,7 +173,7 @@ def test_compare_does_not_count_the_drafts_sampling_as_the_targets(tmp_path: Pat
         base.range(s + 80, s + 95, "sample").mark(s + 97, "tokens", 1)
     spec = _spec("step")
     result = specnsys.compare(base.path(tmp_path, "b.sqlite"), spec.path(tmp_path, "s.sqlite"))
-    sample = result.to_dict()["phases"]["sample"]
+    sample = json_doc(result.to_dict())["phases"]["sample"]
     assert sample["baseline_ns_per_token"] == pytest.approx(90 / 7)
     assert sample["spec_ns_per_token"] == pytest.approx(30 / 7)  # the draft's 6 ns are draft
 

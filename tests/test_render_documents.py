@@ -110,7 +110,7 @@ def test_several_processes_and_their_straggler(tmp_path: Path) -> None:
     from tests.test_ranks import tp_trace
 
     path, _ = tp_trace(tmp_path, 3, straggler=2, lags=(40, 120, 80, 400))
-    doc = specnsys.analyze(path).to_dict()
+    doc = d.analysis_doc(specnsys.analyze(path).to_dict())
     assert doc["ranks"] and doc["ranks"]["straggler"]
     _check(doc, d.AnalysisDoc)
 
@@ -132,9 +132,10 @@ def test_generic_runs_their_ab_diff_and_their_cuts(tmp_path: Path) -> None:
 def test_a_document_without_a_declared_key_is_refused() -> None:
     doc = specnsys.analyze(SPEC).to_dict()
     assert d.analysis_doc(doc) is doc
-    del doc["latency"]
+    malformed = dict(doc)  # the document without one key it declares
+    del malformed["latency"]
     with pytest.raises(TypeError, match="not an analyze --json document: no latency"):
-        d.analysis_doc(doc)
+        d.analysis_doc(malformed)
 
 
 def test_the_checker_finds_a_wrong_type() -> None:

@@ -58,6 +58,7 @@ def test_the_commands_choices_come_from_the_registry() -> None:
 
 def test_every_entry_says_what_it_writes() -> None:
     for entry in (*registry.FIGURES, *registry.REPORTS, *registry.EXPORTS):
+        assert isinstance(entry, Renderer), entry
         assert entry.kind and entry.suffixes and entry.renders and entry.help, entry
         assert entry.command in ("plot", "report", "export")
     assert {e.binary for e in registry.FIGURES} == {True}
