@@ -20,7 +20,7 @@ imported into inference processes, costs only the ``nvtx`` import.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specnsys.api import PUBLIC_FUNCTIONS
 from specnsys.errors import BadInputError, SpecnsysError
@@ -63,7 +63,7 @@ _INGEST = ("MODEL_TABLES", "Trace")
 _RUNSET = ("advise", "forecast")
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _INGEST:
         from specnsys import ingest
 

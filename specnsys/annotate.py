@@ -64,7 +64,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from types import ModuleType
+from typing import Literal, TypeVar
 
 import nvtx
 
@@ -112,7 +113,7 @@ _COLORS: dict[str, int] = {name: 0xFF000000 | rgb for name, rgb in PHASE_RGB.ite
 _CUSTOM_COLOR = 0xFFBCBD22
 _MARK_COLOR = 0xFF17BECF
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 
 def _env_enabled() -> bool:
@@ -147,14 +148,15 @@ class _Backend:
             self.start = lambda a, _f=_lib.start_range, _h=handle: _f(a, _h)
             self.end = _lib.end_range
             self.mark = lambda a, _f=_lib.mark, _h=handle: _f(a, _h)
-        self._event_attributes: Any = getattr(nvtx, "EventAttributes", None)
-        if self._event_attributes is None:
+        make: Callable[..., object] | None = getattr(nvtx, "EventAttributes", None)
+        if make is None:
             from nvtx import _lib
 
-            self._event_attributes = _lib.EventAttributes
+            make = _lib.EventAttributes
+        self._event_attributes: Callable[..., object] = make
 
-    def attributes(self, message: str, color: int, payload: int | None = None) -> Any:
-        """Event attributes with a registered message string.
+    def attributes(self, message: str, color: int, payload: int | None = None) -> object:
+        """Event attributes with a registered message string (an ``nvtx`` object).
 
         Built directly rather than through ``Domain.get_event_attributes``, whose lru_cache
         would keep one object per distinct payload (request ids, byte counts) forever.
@@ -169,12 +171,12 @@ class _QuietBackend(_Backend):
     NVTX."""
 
     def __init__(self) -> None:
-        def nothing(*_args: Any) -> None:
+        def nothing(*_args: object) -> None:
             return None
 
         self.push = self.pop = self.start = self.end = self.mark = nothing
 
-    def attributes(self, message: str, color: int, payload: int | None = None) -> Any:
+    def attributes(self, message: str, color: int, payload: int | None = None) -> object:
         return None
 
 
@@ -227,11 +229,11 @@ class _TorchScopes:
 
     __slots__ = ("active", "enter", "exit")
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: ModuleType) -> None:
         self.active: Callable[[], bool] = torch._C._autograd._profiler_enabled
         ops = torch.ops.profiler
-        self.enter: Callable[[str, None], Any] = ops._record_function_enter_new
-        self.exit: Callable[[Any], None] = ops._record_function_exit._RecordFunction
+        self.enter: Callable[[str, None], object] = ops._record_function_enter_new
+        self.exit: Callable[[object], None] = ops._record_function_exit._RecordFunction
 
 
 _torch: _TorchScopes | None = None
@@ -343,7 +345,7 @@ class _Phase:
         push, pop, attributes = self._push, self._pop, self._attributes
 
         @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             push(attributes)
             if _torch is not None or "torch" in _modules:
                 _scope_open(wrapper, self._scope)
@@ -389,7 +391,7 @@ class _NoopPhase:
         scope = self._scope
 
         @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             _scope_open(wrapper, scope)  # torch is imported (see above)
             try:
                 return func(*args, **kwargs)
@@ -446,7 +448,7 @@ class RequestHandle:
 
     __slots__ = ("request_id", "_range_id", "_open", "_scope", "_control_key")
 
-    def __init__(self, request_id: int, range_id: Any, scope: Any = None) -> None:
+    def __init__(self, request_id: int, range_id: object, scope: object = None) -> None:
         self.request_id = request_id
         self._range_id = range_id
         self._open = True
@@ -526,7 +528,7 @@ def request(request_id: int) -> Iterator[RequestHandle]:
 # --------------------------------------------------------------------------- marks
 
 
-_mark_cache: dict[tuple[str, int], Any] = {}
+_mark_cache: dict[tuple[str, int], object] = {}
 _MARK_CACHE_MAX_VALUE = 1024
 
 
@@ -618,9 +620,9 @@ class Patch:
     """
 
     def __init__(self) -> None:
-        self._restore: list[tuple[Any, str, bool, Any]] = []
+        self._restore: list[tuple[object, str, bool, object]] = []
 
-    def _add(self, obj: Any, attr: str, had_own: bool, original: Any) -> None:
+    def _add(self, obj: object, attr: str, had_own: bool, original: object) -> None:
         self._restore.append((obj, attr, had_own, original))
 
     @property
@@ -644,7 +646,7 @@ class Patch:
         return False
 
 
-def _own_attribute(obj: Any, attr: str) -> tuple[bool, Any]:
+def _own_attribute(obj: object, attr: str) -> tuple[bool, object]:
     """Whether ``attr`` is stored on ``obj`` itself, and the raw stored value."""
     try:
         own = vars(obj)
@@ -655,11 +657,11 @@ def _own_attribute(obj: Any, attr: str) -> tuple[bool, Any]:
     return False, None
 
 
-def _wrap(func: Callable[..., Any], ph: _Phase | _NoopPhase) -> Callable[..., Any]:
+def _wrap(func: Callable[..., object], ph: _Phase | _NoopPhase) -> Callable[..., object]:
     """Always a real wrapper (even on the no-op path) so a patch is visible and undoable."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         with ph:
             return func(*args, **kwargs)
 
@@ -668,7 +670,12 @@ def _wrap(func: Callable[..., Any], ph: _Phase | _NoopPhase) -> Callable[..., An
 
 
 def patch_attr(
-    obj: Any, attr: str, phase_name: str, *, allow_custom: bool = False, patch: Patch | None = None
+    obj: object,
+    attr: str,
+    phase_name: str,
+    *,
+    allow_custom: bool = False,
+    patch: Patch | None = None,
 ) -> Patch:
     """Wrap the callable ``obj.attr`` in the range ``phase_name``, without editing its source.
 
@@ -683,9 +690,9 @@ def patch_attr(
 
 
 def wrap_attr(
-    obj: Any,
+    obj: object,
     attr: str,
-    make_wrapper: Callable[[Callable[..., Any]], Callable[..., Any]],
+    make_wrapper: Callable[[Callable[..., object]], Callable[..., object]],
     *,
     patch: Patch | None = None,
 ) -> Patch:
@@ -698,7 +705,7 @@ def wrap_attr(
     handle = patch if patch is not None else Patch()
     had_own, raw = _own_attribute(obj, attr)
     if inspect.isclass(obj) and isinstance(raw, (staticmethod, classmethod)):
-        replacement: Any = type(raw)(make_wrapper(raw.__func__))
+        replacement: object = type(raw)(make_wrapper(raw.__func__))
     else:
         current = getattr(obj, attr)  # bound method for an instance, function otherwise
         if not callable(current):
@@ -709,7 +716,7 @@ def wrap_attr(
     return handle
 
 
-def patch_module(obj: Any, mapping: Mapping[str, str], *, allow_custom: bool = False) -> Patch:
+def patch_module(obj: object, mapping: Mapping[str, str], *, allow_custom: bool = False) -> Patch:
     """Wrap several callables of ``obj`` at once: ``mapping`` is attribute name -> phase.
 
     Example -- annotate an existing loop from the outside::

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from specnsys.errors import BadInputError, SpecnsysWarning, UsageError
+from specnsys.render import registry
+from specnsys.render.renderer import RenderOptions
 
 if TYPE_CHECKING:
     import polars as pl
@@ -42,7 +44,8 @@ if TYPE_CHECKING:
     from specnsys.metrics.ab_compare import ABComparison
     from specnsys.metrics.ranks import Rank
     from specnsys.metrics.timeline_export import TimelineExport
-    from specnsys.render.build import Run
+    from specnsys.render.perfetto import TraceDocument
+    from specnsys.render.runs import Run
 
 #: What ``import specnsys`` exposes from here (besides the result classes below).
 PUBLIC_FUNCTIONS = (
@@ -85,7 +88,15 @@ def resolve_rules(spec: PhaseRules | str | Path | None) -> PhaseRules | None:
     return resolve(spec)
 
 
-def warn(result: Any) -> None:
+class Warned(Protocol):
+    """A result that carries the data warnings about the exports it read (every result of
+    this module, and :class:`~specnsys.metrics.Analysis`)."""
+
+    @property
+    def data_warnings(self) -> Sequence[str]: ...
+
+
+def warn(result: Warned) -> None:
     """Issue each of *result*'s data warnings as a :class:`SpecnsysWarning` (what the CLI
     prints as ``specnsys: warning: PATH: note`` after the result)."""
     for text in result.data_warnings:
@@ -242,7 +253,7 @@ def fit_trace(
     return fit, tuple(notes)
 
 
-def _warnings_of(results: Sequence[Any]) -> tuple[str, ...]:
+def _warnings_of(results: Sequence[Warned]) -> tuple[str, ...]:
     return tuple(text for r in results for text in r.data_warnings)
 
 
@@ -258,7 +269,7 @@ class Compared:
     def data_warnings(self) -> tuple[str, ...]:
         return _warnings_of(self.analyses)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``compare --json`` document: one comparison, or ``{"runs": [...]}``."""
         docs = [c.to_dict() for c in self.comparisons]
         return docs[0] if len(docs) == 1 else {"runs": docs}
@@ -441,14 +452,14 @@ class Table:
     the default rows, and the document has no such key."""
 
     @property
-    def header(self) -> dict[str, Any]:
+    def header(self) -> dict[str, str]:
         """The ``--json`` document's keys before ``rows``."""
-        header: dict[str, Any] = {"trace": self.path}
+        header = {"trace": self.path}
         if self.per is not None:
             header["per"] = self.per
         return {**header, **(self.grouping or {})}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``--json`` document: ``trace``, ``per`` (ranges), the grouping asked, ``rows``."""
         return {**self.header, "rows": self.frame.to_dicts()}
 
@@ -500,12 +511,12 @@ def ranges(
 class WhatIf:
     """Leviathan's expected speedup, the best k and the Amdahl-limited result (``whatif``)."""
 
-    result: dict[str, Any]
+    result: dict[str, object]
     sources: dict[str, str]
     """Input -> where its value came from (``measured in PATH``, ``given``)."""
     data_warnings: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return self.result
 
 
@@ -537,15 +548,15 @@ def whatif(
         if a.mode in by_mode:
             raise UsageError(f"whatif takes one trace per mode; got two {a.mode} traces")
         by_mode[a.mode] = a
-    measured: dict[str, Any] = {}
+    measured: dict[str, float] = {}  # alpha, c, p
+    k_at: int | None = None
     sources: dict[str, str] = {}
     base, spec = by_mode.get("baseline"), by_mode.get("spec")
     if base is not None and base.p is not None:
         measured["p"], sources["p"] = base.p, f"measured in {base.path}"
     if spec is not None:
         if spec.acceptance is not None:
-            measured["alpha"] = spec.acceptance["alpha"]
-            measured["k"] = spec.k
+            measured["alpha"], k_at = spec.acceptance["alpha"], spec.k
             sources["alpha"] = sources["k"] = f"measured in {spec.path}"
         ratio, ratio_from = spec.draft_cost_ratio, "draft forward / verify"
         if base is not None:
@@ -556,7 +567,11 @@ def whatif(
             measured["c"], sources["c"] = ratio, f"measured: {ratio_from}"
     for key, value in (("alpha", alpha), ("k", k), ("c", c), ("p", p)):
         if value is not None:
-            measured[key], sources[key] = value, "given"
+            sources[key] = "given"
+            if key == "k":
+                k_at = k
+            else:
+                measured[key] = value
     missing = [key for key in ("alpha", "c") if key not in measured]
     if missing:
         raise UsageError(
@@ -564,7 +579,7 @@ def whatif(
             "speculative trace that measures them"
         )
     result = leviathan(
-        measured["alpha"], measured.get("k"), measured["c"], measured.get("p"),
+        measured["alpha"], k_at, measured["c"], measured.get("p"),
         k_max=k_max if k_max is not None else DEFAULT_K_MAX,
     )  # fmt: skip
     result["sources"] = sources
@@ -614,7 +629,7 @@ class Figure:
     """One figure's data (titles, bar lengths, points) and the drawing of it (``plot``)."""
 
     kind: str
-    data: dict[str, Any]
+    data: dict[str, object]
     data_warnings: tuple[str, ...] = ()
 
     @property
@@ -623,17 +638,13 @@ class Figure:
 
     def draw(self) -> MplFigure:
         """The figure as a matplotlib Figure (shown inline by a notebook)."""
-        from specnsys.render.plots import draw
-
-        return draw(self.data)
+        return registry.draw(self.data)
 
     def image(self, path: str | Path) -> bytes:
         """The figure as the PNG or SVG bytes that *path*'s suffix asks for (not written)."""
-        from specnsys.render.plots import figure_bytes
+        return registry.figure_image(self.data, RenderOptions(Path(path), salt=self.kind))
 
-        return figure_bytes(self.draw(), path, salt=self.kind)
-
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return self.data
 
 
@@ -642,11 +653,11 @@ def _runs(
     rules: PhaseRules | None,
     pid: int | None,
     use_cache: bool,
-    advance: Any,
+    advance: Callable[[str], None],
     tokens: Sequence[int | None] | None = None,
     window: str | None = None,
 ) -> list[Run]:
-    from specnsys.render.build import Run, run_label
+    from specnsys.render.runs import Run, run_label
 
     runs = []
     for path, given in zip(paths, tokens or [None] * len(paths), strict=True):
@@ -679,44 +690,43 @@ def figure(
       step-time p50/p90/p99/max and its time per output token per step.
     """
     from specnsys.render import plots
-    from specnsys.render.build import figure_data
     from specnsys.render.progress import progress
 
-    if kind not in plots.TRACE_KINDS:
-        raise UsageError(f"unknown figure kind {kind!r} (one of {', '.join(plots.TRACE_KINDS)})")
+    entry = registry.figure_renderer(kind, "traces", "lanes")
     if not paths:
         raise UsageError(f"{kind} needs at least one trace")
     mapping = resolve_rules(rules)
-    if tokens is not None and kind not in TOKEN_FIGURES:
+    if tokens is not None and not entry.per_token:
         raise UsageError(f"--tokens only applies to {', '.join(TOKEN_FIGURES)} (not {kind})")
-    if same_output and kind not in SAME_OUTPUT_FIGURES:
+    if same_output and not entry.compares:
         raise UsageError(
             f"--same-output only applies to {' and '.join(SAME_OUTPUT_FIGURES)} (not {kind})"
         )
     given = _given_tokens(tokens, len(paths))
-    if kind == "timeline":
+    if entry.from_runs is None:  # the timeline: drawn from one trace's lanes
         if len(paths) != 1:
-            raise UsageError("timeline draws one trace; give exactly one")
+            raise UsageError(f"{kind} draws one trace; give exactly one")
         # Lanes need phase ranges only, not a baseline/speculative run: any annotated trace
         # (or any trace under --rules nvtx) can be drawn.
-        with progress(1, "timeline") as advance:
+        with progress(1, kind) as advance:
             advance(f"lanes of {Path(paths[0]).name}")
             lanes = timeline(paths[0], step=step, window_ms=window_ms, rules=mapping, pid=pid,
                              use_cache=use_cache)  # fmt: skip
-        data = plots.timeline_data(lanes.to_dict())
+        assert entry.from_doc is not None, f"{kind} is drawn from lanes"
+        data = entry.from_doc()(lanes.to_dict())
         plots.require_drawable(data)
-        return Figure(kind, data, lanes.data_warnings)
+        return Figure(kind, dict(data), lanes.data_warnings)
     with progress(len(paths), kind) as advance:
         runs = _runs(paths, mapping, pid, use_cache, advance, given)
-    data = figure_data(kind, runs, same_output=same_output)
+    data = entry.from_runs()(runs, RenderOptions(same_output=same_output))
     plots.require_drawable(data)  # a figure that cannot be drawn is an error, not a blank image
-    return Figure(kind, data, _warnings_of([r.analysis for r in runs]))
+    return Figure(kind, dict(data), _warnings_of([r.analysis for r in runs]))
 
 
 #: The figures that divide by output tokens (``--tokens``) and those that compare runs
 #: (``--same-output``).
-TOKEN_FIGURES = ("phases", "amdahl", "sweep")
-SAME_OUTPUT_FIGURES = ("amdahl", "sweep")
+TOKEN_FIGURES = tuple(f.kind for f in registry.FIGURES if f.per_token)
+SAME_OUTPUT_FIGURES = tuple(f.kind for f in registry.FIGURES if f.compares)
 
 
 @dataclass(frozen=True)
@@ -726,7 +736,7 @@ class Report:
     html: str
     data_warnings: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"html": self.html, "data_warnings": list(self.data_warnings)}
 
 
@@ -750,8 +760,10 @@ def report(
     from specnsys.attribution.lanes import timeline_lanes
     from specnsys.metrics.ab_compare import ab_compare
     from specnsys.metrics.comparison import is_ab_pairing
-    from specnsys.render.build import Run, pair_runs, render_report, run_label
+    from specnsys.render.build import ReportContent
+    from specnsys.render.documents import ABDoc, ComparisonDoc, LanesDoc, ab_doc, lanes_doc
     from specnsys.render.progress import progress
+    from specnsys.render.runs import Run, pair_runs, run_label
 
     mapping = resolve_rules(rules)
     given = _given_tokens(tokens, 1 + (baseline is not None))
@@ -764,24 +776,24 @@ def report(
                 _given(_analyze_open(trace, mapping, pid, context, window), given[0]), path
             )
             try:
-                lanes: dict[str, Any] | str = timeline_lanes(
+                lanes: LanesDoc | str = lanes_doc(timeline_lanes(
                     trace, step=step, window_ms=window_ms, pid=pid, rules=context.rules,
                     context=context,
-                ).to_dict()
+                ).to_dict())  # fmt: skip
             except BadInputError as err:  # no phase range on any thread: no timeline to draw
                 if step is not None or window_ms is not None:
                     raise  # the user asked for a step or a window: that is the error
                 lanes = str(err).removeprefix(f"{trace.path}: ")
         primary = Run(run_label(path), Path(path), replace(analysis, data_warnings=tuple(notes)))
         runs = [primary]
-        comparison = None
+        comparison: ComparisonDoc | ABDoc | None = None
         if baseline is not None:
             runs = [
                 *_runs([baseline], mapping, pid, use_cache, advance, given[1:], window), primary
             ]
             notes += runs[0].analysis.data_warnings
             if is_ab_pairing([r.analysis for r in runs]):  # A = BASELINE, B = TRACE
-                comparison = ab_compare(runs[0].analysis, runs[1].analysis).to_dict()
+                comparison = ab_doc(ab_compare(runs[0].analysis, runs[1].analysis).to_dict())
             elif {r.analysis.mode for r in runs} != {"baseline", "spec"}:
                 modes = ", ".join(f"{r.label}: {r.analysis.mode}" for r in runs)
                 raise BadInputError(
@@ -790,12 +802,14 @@ def report(
             else:
                 base_run, spec_run, comparison = pair_runs(runs, same_output=same_output)[0]
                 runs = [base_run, spec_run]
-        page = render_report(runs, comparison, lanes, advance)
+        content = ReportContent(runs, comparison, lanes)
+        page = registry.report_renderer("html").render(content, RenderOptions(progress=advance))
+    assert isinstance(page, str), "the HTML report is text"
     return Report(page, tuple(notes))
 
 
-#: The formats ``export`` writes.
-EXPORT_FORMATS = ("perfetto",)
+#: The formats ``export`` writes (the registry's export renderers).
+EXPORT_FORMATS = tuple(e.kind for e in registry.EXPORTS)
 #: ``export``'s default --max-events: a file Perfetto UI opens in a browser tab.
 MAX_EVENTS = 2_000_000
 
@@ -810,22 +824,24 @@ class Export:
     data_warnings: tuple[str, ...] = ()
 
     @property
-    def dropped(self) -> dict[str, Any] | None:
+    def dropped(self) -> Mapping[str, object] | None:
         """What the ``max_events`` cut left out (None: nothing)."""
         return self.data.dropped
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TraceDocument:
         """The whole Chrome trace-event document (:mod:`specnsys.render.perfetto`)."""
         from specnsys.render.perfetto import trace_document
 
         return trace_document(self.data, self.path)
 
-    def write(self, handle: Any, *, compress: bool = False) -> int:
-        """Stream the document to the binary *handle* (gzip with *compress*); the number of
-        events written."""
-        from specnsys.render.perfetto import write_trace_json
-
-        return write_trace_json(self.data, self.path, handle, compress=compress)
+    def write(self, handle: IO[bytes], *, compress: bool = False) -> int:
+        """Stream the document to the binary *handle* (gzip with *compress*) with the
+        format's renderer; the number of events written."""
+        renderer = registry.export_renderer(self.format)
+        options = RenderOptions(compress=compress)
+        if renderer.stream is None:
+            raise UsageError(f"the {self.format} export cannot be streamed")
+        return renderer.stream()(self, options, handle)
 
 
 def export(
@@ -847,8 +863,7 @@ def export(
     from specnsys.metrics.timeline_export import cut_to_events, timeline_export
     from specnsys.render.perfetto import metadata_events
 
-    if format not in EXPORT_FORMATS:
-        raise UsageError(f"unknown export format {format!r} (one of {', '.join(EXPORT_FORMATS)})")
+    registry.export_renderer(format)  # an unknown format fails before the trace is read
     if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
         raise UsageError(f"max_events: {max_events!r} is not a positive number of events")
     mapping = resolve_rules(rules)

@@ -41,7 +41,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from specnsys.control_log import CONTROL_ENV, control_beside, read_run, summarize_runs
 from specnsys.errors import SpecnsysError, UsageError
@@ -49,6 +49,9 @@ from specnsys.held_signals import signals_held
 from specnsys.ingest.cache import sweep_stale, tmp_prefix
 from specnsys.ingest.nsys_rep import export_report_to, find_nsys
 from specnsys.small_files import write_files
+
+if TYPE_CHECKING:
+    from specnsys.results import JSONValue
 
 
 class CaptureError(SpecnsysError):
@@ -96,7 +99,7 @@ def control_runs(
     CONTROL_ENV` naming a private file, and fold what the annotation layer noted into
     ``OUT.control.json`` beside the *trace* ``OUT.sqlite`` (written only when every run ended
     well); CaptureError otherwise (the trace is kept)."""
-    done: list[dict[str, object]] = []
+    done: list[dict[str, JSONValue]] = []
     with tempfile.TemporaryDirectory(prefix="specnsys-control-") as folder:
         for i in range(runs):
             note = Path(folder) / f"run-{i}.json"

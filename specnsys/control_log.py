@@ -21,7 +21,10 @@ import statistics
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from specnsys.results import JSONValue
 
 __all__ = [
     "CONTROL_ENV",
@@ -38,6 +41,25 @@ CONTROL_ENV = "SPECNSYS_CONTROL_LOG"
 """The file an unprofiled run writes its request times and token counts to."""
 
 CONTROL_FORMAT = "specnsys-control"
+
+
+class PerTokenSummary(TypedDict):
+    """The median, min and max per-token time (ns) of the control runs that counted tokens."""
+
+    median: float | None
+    min: float | None
+    max: float | None
+    runs: int
+
+
+class ControlSummary(TypedDict):
+    """``OUT.control.json`` (:func:`summarize_runs`): the command, its runs' own documents and
+    the per-token summary ``analyze`` compares the profiled run with."""
+
+    format: str
+    command: list[str]
+    runs: list[dict[str, JSONValue]]
+    per_token_ns: PerTokenSummary
 
 
 class ControlLog:
@@ -107,10 +129,10 @@ def control_from_env() -> ControlLog | None:
     return ControlLog(Path(path)) if path else None
 
 
-def summarize_runs(runs: list[dict[str, Any]], command: list[str]) -> dict[str, Any]:
+def summarize_runs(runs: list[dict[str, JSONValue]], command: list[str]) -> ControlSummary:
     """``OUT.control.json``: the control runs and the median, min and max per-token time of
     those that counted tokens."""
-    per_token = [r["per_token_ns"] for r in runs if r.get("per_token_ns")]
+    per_token = [v for r in runs if (v := _number(r.get("per_token_ns")))]
     return {
         "format": CONTROL_FORMAT,
         "command": command,
@@ -130,7 +152,14 @@ def control_beside(trace: str | Path) -> Path:
     return path.with_name(f"{path.stem}.control.json")
 
 
-def read_run(path: Path) -> dict[str, Any] | None:
+def _number(value: JSONValue) -> float | None:
+    """*value* when it is a JSON number (not a boolean), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def read_run(path: Path) -> dict[str, JSONValue] | None:
     """One control run's figures (None when it wrote none or noted no request)."""
     try:
         doc = json.loads(path.read_text())
@@ -141,10 +170,10 @@ def read_run(path: Path) -> dict[str, Any] | None:
     return doc
 
 
-def read_control(path: Path) -> dict[str, Any] | None:
+def read_control(path: Path) -> ControlSummary | None:
     """The control summary at *path* (None when absent or not one: it is optional)."""
     try:
-        doc = json.loads(path.read_text())
+        doc: JSONValue = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     if not isinstance(doc, dict) or doc.get("format") != CONTROL_FORMAT:
@@ -152,4 +181,15 @@ def read_control(path: Path) -> dict[str, Any] | None:
     per = doc.get("per_token_ns")
     if not isinstance(per, dict) or not isinstance(per.get("median"), (int, float)):
         return None
-    return doc
+    runs, command = doc.get("runs"), doc.get("command")
+    return {
+        "format": CONTROL_FORMAT,
+        "command": [str(c) for c in command] if isinstance(command, list) else [],
+        "runs": [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else [],
+        "per_token_ns": {
+            "median": _number(per.get("median")),
+            "min": _number(per.get("min")),
+            "max": _number(per.get("max")),
+            "runs": int(n) if isinstance(n := per.get("runs"), (int, float)) else 0,
+        },
+    }

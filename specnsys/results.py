@@ -24,11 +24,15 @@ import json
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, Union, overload
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
+    "JSONValue",
     "NotAvailable",
     "Result",
     "ResultLoadError",
@@ -39,6 +43,11 @@ __all__ = [
     "to_dict",
     "value_or_none",
 ]
+
+
+JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+"""A JSON document as :func:`json.loads` returns it: what a reader of a file narrows (with
+``isinstance``) before it trusts a value's type."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +66,10 @@ class Result:
 
     __slots__ = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """This result as its command's JSON document (:func:`to_dict`)."""
+        if not dataclasses.is_dataclass(self) or isinstance(self, type):
+            raise TypeError(f"{type(self).__name__} is not a dataclass")
         return to_dict(self)
 
 
@@ -67,7 +78,7 @@ class ResultLoadError(ValueError):
 
 
 T = TypeVar("T")
-_KINDS: dict[str, type[Any]] = {}
+_KINDS: dict[str, type[DataclassInstance]] = {}
 
 
 def result_kind(name: str) -> Callable[[type[T]], type[T]]:
@@ -88,7 +99,7 @@ def value_or_none(value: T | NotAvailable) -> T | None:
     return None if isinstance(value, NotAvailable) else value
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     if isinstance(value, NotAvailable):
         return None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -102,12 +113,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def to_dict(result: Any) -> dict[str, Any]:
+def to_dict(result: DataclassInstance) -> dict[str, object]:
     """The JSON object of a result dataclass (module docs): fields in declaration order,
     ``not_available`` last (only when a field is missing, merged with a ``not_available``
     field the result may already have). Fields declared with ``metadata={"json": False}``
     are left out."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     reasons: dict[str, str] = {}
     for f in dataclasses.fields(result):
         if not f.metadata.get("json", True):
@@ -117,11 +128,19 @@ def to_dict(result: Any) -> dict[str, Any]:
             reasons[f.name] = value.reason
         out[f.name] = _jsonable(value)
     if reasons or "not_available" in out:
-        out["not_available"] = {**(out.get("not_available") or {}), **reasons}
+        own = out.get("not_available")
+        out["not_available"] = {**own, **reasons} if isinstance(own, dict) else dict(reasons)
     return out
 
 
-def _build(hint: Any, value: Any, reasons: dict[str, str], name: str) -> Any:
+def _items(value: JSONValue, name: str) -> list[JSONValue]:
+    """*value*, a JSON array (TypeError otherwise: the hint's next option is tried)."""
+    if not isinstance(value, list):
+        raise TypeError(f"{name}: expected an array, got {type(value).__name__}")
+    return value
+
+
+def _build(hint: object, value: JSONValue, reasons: dict[str, str], name: str) -> object:
     """*value* (from JSON) as the type *hint* says: nested results rebuilt, ``None`` with a
     reason turned back into :class:`NotAvailable`, lists into tuples where declared."""
     origin = typing.get_origin(hint)
@@ -141,14 +160,16 @@ def _build(hint: Any, value: Any, reasons: dict[str, str], name: str) -> Any:
         return value
     if origin is tuple:
         args = typing.get_args(hint)
-        inner = args[0] if args else Any
-        return tuple(_build(inner, v, {}, name) for v in value)
+        inner = args[0] if args else object
+        return tuple(_build(inner, v, {}, name) for v in _items(value, name))
     if origin is list:
         args = typing.get_args(hint)
-        return [_build(args[0] if args else Any, v, {}, name) for v in value]
+        return [_build(args[0] if args else object, v, {}, name) for v in _items(value, name)]
     if origin is dict:
         args = typing.get_args(hint)
-        inner = args[1] if len(args) == 2 else Any
+        inner = args[1] if len(args) == 2 else object
+        if not isinstance(value, dict):
+            raise TypeError(f"{name}: expected an object, got {type(value).__name__}")
         return {k: _build(inner, v, {}, name) for k, v in value.items()}
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
@@ -159,11 +180,12 @@ def _build(hint: Any, value: Any, reasons: dict[str, str], name: str) -> Any:
     return value
 
 
-def from_dict(cls: type[T], doc: dict[str, Any]) -> T:
+def from_dict(cls: type[T], doc: Mapping[str, JSONValue]) -> T:
     """Rebuild a result of class *cls* from its :func:`to_dict` document."""
     hints = typing.get_type_hints(cls)
-    reasons = doc.get("not_available") or {}
-    kwargs: dict[str, Any] = {}
+    told = doc.get("not_available")
+    reasons = {k: str(v) for k, v in told.items()} if isinstance(told, dict) else {}
+    kwargs: dict[str, object] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.metadata.get("json", True) or f.name not in doc:
             continue
@@ -174,12 +196,12 @@ def from_dict(cls: type[T], doc: dict[str, Any]) -> T:
 FORMAT = "specnsys-result"
 
 
-def save(result: Any, path: str | Path) -> Path:
+def save(result: object, path: str | Path) -> Path:
     """Write *result* (a registered result dataclass) as JSON to *path*, atomically."""
     from specnsys import __version__
 
     kind = getattr(type(result), "__result_kind__", None)
-    if kind is None:
+    if kind is None or not dataclasses.is_dataclass(result) or isinstance(result, type):
         raise TypeError(f"{type(result).__name__} is not a registered result kind")
     path = Path(path)
     doc = {"format": FORMAT, "kind": kind, "specnsys": __version__, "result": to_dict(result)}
@@ -189,7 +211,11 @@ def save(result: Any, path: str | Path) -> Path:
     return path
 
 
-def load(path: str | Path, kind: type[T] | None = None) -> T:
+@overload
+def load(path: str | Path, kind: None = None) -> DataclassInstance: ...
+@overload
+def load(path: str | Path, kind: type[T]) -> T: ...
+def load(path: str | Path, kind: type[T] | None = None) -> T | DataclassInstance:
     """Read a result written by :func:`save` (of class *kind* when given)."""
     try:
         doc = json.loads(Path(path).read_text())
@@ -202,8 +228,7 @@ def load(path: str | Path, kind: type[T] | None = None) -> T:
         raise ResultLoadError(f"{path}: unknown result kind {doc.get('kind')!r}")
     if kind is not None and cls is not kind:
         raise ResultLoadError(f"{path}: holds a {doc['kind']}, not a {kind.__name__}")
-    try:
-        result: T = from_dict(cls, doc["result"])
+    try:  # *kind*, when given, is the registered class (checked above)
+        return from_dict(cls, doc["result"]) if kind is None else from_dict(kind, doc["result"])
     except (TypeError, KeyError, ValueError) as exc:
         raise ResultLoadError(f"{path}: damaged result ({exc})") from None
-    return result

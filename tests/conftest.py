@@ -1,10 +1,12 @@
-"""Shared fixtures: an isolated cache per test, the real-export corpus, file hashing."""
+"""Shared fixtures: an isolated cache per test, the real-export corpus, file hashing, and
+`json_doc` (a result's document as the tests index it)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,3 +87,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     if getattr(config.option, "dist", "no") != "no":
         items.sort(key=rank)  # stable: the order within a group is the collected one
+
+
+def json_doc(value: object) -> dict[str, Any]:
+    """``value`` as the JSON object a test indexes freely (``doc["phases"]["draft"]["share"]``).
+
+    The product types its documents precisely (``to_dict()`` returns ``dict[str, object]``, a
+    partly typed payload ``dict[str, object]``), so mypy would refuse every nested index; a test
+    checks exact values, not types, so it reads the document as ``dict[str, Any]``, after
+    checking that it is one.
+    """
+    assert isinstance(value, dict), type(value)
+    return value

@@ -14,6 +14,7 @@ import pytest
 from specnsys.forecasting.results import Advice
 from specnsys.results import NotAvailable, to_dict
 from specnsys.runset.forecast import advise
+from tests.conftest import json_doc
 from tests.forecast_loop import Costs, build_run, iid, lengths
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -86,7 +87,7 @@ def test_advise_of_a_baseline_alone_says_what_it_cannot(sources: list[Path]) -> 
     assert isinstance(a.cuts[0].speedup_after, NotAvailable)
     assert a.steps[1].advice.startswith("not available")
     assert a.steps[2].advice.startswith("not available")
-    assert to_dict(a)["steps"][2]["what"] == "then size the draft"
+    assert json_doc(to_dict(a))["steps"][2]["what"] == "then size the draft"
 
 
 def test_advise_on_the_bundled_dataset() -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from specnsys.control_log import CONTROL_ENV, read_control
 from specnsys.ingest.nsys_rep import find_nsys
+from tests.conftest import json_doc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,7 +98,7 @@ def test_control_3_reports_the_overhead_and_the_unprofiled_speedup(tmp_path: Pat
     overhead = json.loads(done.stdout)["profiler_overhead"]
     assert overhead["runs"] == 3
     unprofiled = overhead["unprofiled_per_token_ns"]
-    assert unprofiled == statistics.median(r["per_token_ns"] for r in control["runs"])
+    assert unprofiled == statistics.median(json_doc(r)["per_token_ns"] for r in control["runs"])
     # the annotation layer's clock agrees with the program's own, timed from outside nsys:
     # within the spread of three plain runs (and a margin for a shared machine's drift)
     assert min(outside) / 1.25 <= unprofiled <= max(outside) * 1.25, (unprofiled, outside)

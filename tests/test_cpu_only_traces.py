@@ -22,7 +22,7 @@ import pytest
 import specnsys
 from specnsys.testing import NsysExportBuilder
 from specnsys.testing.builder import OSRT_FINISHED, OSRT_STARTED
-from tests.conftest import CORPUS, corpus_files
+from tests.conftest import CORPUS, corpus_files, json_doc
 from tests.test_generic_mode import run_cli
 
 US = 1_000
@@ -116,7 +116,7 @@ def test_osrt_and_samples_are_model_tables_with_every_row(tmp_path: Path) -> Non
 
 def test_osrt_only_trace_is_analysed_over_its_calls(tmp_path: Path) -> None:
     path = osrt_trace(tmp_path / "osrt.sqlite", samples=True)
-    d = specnsys.analyze(path, use_cache=False).to_dict()
+    d = json_doc(specnsys.analyze(path, use_cache=False).to_dict())
     # the process with the most calls, from its first call start to its last call end (the
     # markers and the samples outside the calls do not stretch it)
     assert d["pid"] == 1 and d["mode"] == "generic"
@@ -150,7 +150,7 @@ def test_osrt_calls_are_clipped_to_a_window_set_by_cuda_api_calls(tmp_path: Path
     b.osrt(1 * US, 5 * US, "read")  # before the window
     b.osrt(12 * US, 12 * US, "sched_yield")  # an instant inside
     path = b.write(tmp_path / "api.sqlite")
-    d = specnsys.analyze(path, use_cache=False).to_dict()
+    d = json_doc(specnsys.analyze(path, use_cache=False).to_dict())
     assert (d["window_start_ns"], d["window_end_ns"]) == (10 * US, 16 * US)
     assert d["window_source"] == "cuda_api"
     got = {f["name"]: (f["calls"], f["ns"]) for f in d["os_runtime"]["top"]}
@@ -159,7 +159,7 @@ def test_osrt_calls_are_clipped_to_a_window_set_by_cuda_api_calls(tmp_path: Path
 
 
 def test_samples_only_trace_is_analysed_from_first_to_last_sample(tmp_path: Path) -> None:
-    d = specnsys.analyze(samples_trace(tmp_path / "s.sqlite"), use_cache=False).to_dict()
+    d = json_doc(specnsys.analyze(samples_trace(tmp_path / "s.sqlite"), use_cache=False).to_dict())
     assert d["pid"] == 1 and d["window_source"] == "cpu_samples"
     assert (d["window_start_ns"], d["window_end_ns"]) == (2 * US, 9 * US)
     assert d["phases"]["unannotated"] == {**d["phases"]["unannotated"], "wall_ns": 7 * US,
@@ -228,7 +228,7 @@ def _sqlite(path: Path, sql: str) -> tuple:
 @pytest.mark.skipif(not corpus_files(), reason="the real corpus is not here")
 def test_real_cpu_only_exports_match_sqlite() -> None:
     osrt = CORPUS / "2023.4.1_pycnvidia_report1.sqlite"
-    d = specnsys.analyze(osrt).to_dict()
+    d = json_doc(specnsys.analyze(osrt).to_dict())
     # the busiest OS runtime process: its first call start to last call end, all its calls
     pid, lo, hi, calls, ns = _sqlite(
         osrt,
@@ -247,7 +247,7 @@ def test_real_cpu_only_exports_match_sqlite() -> None:
     assert d["os_runtime"]["top"][0] == {**d["os_runtime"]["top"][0], "name": top_name,
                                          "ns": top_ns}  # fmt: skip
     sampled = CORPUS / "2026.2.1_jacc_cgtrace.sqlite"
-    d = specnsys.analyze(sampled).to_dict()
+    d = json_doc(specnsys.analyze(sampled).to_dict())
     pid, lo, hi = _sqlite(
         sampled,
         """SELECT (globalTid >> 24) & 16777215, min(start), max(start) FROM COMPOSITE_EVENTS

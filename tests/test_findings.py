@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 import specnsys
+from specnsys.metrics.analysis import Analysis
 from specnsys.testing.builder import NsysExportBuilder
+from tests.conftest import json_doc
 
 WINDOW = 100_000
 
@@ -43,13 +45,13 @@ def _step() -> NsysExportBuilder:
     return b
 
 
-def _analysis(b: NsysExportBuilder, tmp_path: Path) -> specnsys.Analysis:
+def _analysis(b: NsysExportBuilder, tmp_path: Path) -> Analysis:
     return specnsys.analyze(b.write(tmp_path / "t.sqlite"))
 
 
-def _by_kind(a: specnsys.Analysis) -> dict[str, dict]:
+def _by_kind(a: Analysis) -> dict[str, dict]:
     assert a.findings is not None
-    return {f["kind"]: f for f in a.findings["findings"]}
+    return {f["kind"]: f for f in json_doc(a.findings)["findings"]}
 
 
 def test_each_cause_is_one_finding_with_its_exact_time(tmp_path: Path) -> None:
@@ -71,7 +73,7 @@ def test_each_cause_is_one_finding_with_its_exact_time(tmp_path: Path) -> None:
 def test_gpu_idle_is_split_by_what_the_host_did(tmp_path: Path) -> None:
     a = _analysis(_step(), tmp_path)
     assert a.findings is not None
-    idle = a.findings["idle_by_phase"]
+    idle = json_doc(a.findings)["idle_by_phase"]
     assert idle["draft"] == {
         "idle_ns": 35_000, "host_wait_ns": 35_000, "sync_wait_ns": 0, "dependency_ns": 0,
         "sync_calls": {},
@@ -96,7 +98,7 @@ def test_work_queued_behind_another_is_a_dependency_gap(tmp_path: Path) -> None:
     b.memcpy(90_000, 91_000, 1024, 400, src_kind=2, dst_kind=2)
     a = _analysis(b, tmp_path)
     assert a.findings is not None
-    assert a.findings["idle_by_phase"]["decode"]["dependency_ns"] == 8_000
+    assert json_doc(a.findings)["idle_by_phase"]["decode"]["dependency_ns"] == 8_000
 
 
 def test_a_launch_storm_and_a_synchronous_copy(tmp_path: Path) -> None:
@@ -165,12 +167,13 @@ def test_no_finding_on_a_corpus_export_that_does_not_hold_its_cause() -> None:
             continue  # the metadata-only export (tests/test_generic_mode.py)
         if a.findings is None:
             continue
+        findings = json_doc(a.findings)
         with specnsys.open(path) as trace:
-            for f in a.findings["findings"]:
+            for f in findings["findings"]:
                 rows = trace.connection.execute(CAUSES[f["kind"]], {"pid": a.pid}).fetchall()
                 assert rows[0][0] > 0, (path.name, f)
                 assert 0 < f["time_ns"] <= a.window_ns, (path.name, f)
-        seen[path.name] = [f["kind"] for f in a.findings["findings"]]
+        seen[path.name] = [f["kind"] for f in findings["findings"]]
     assert seen  # the corpus has GPU exports
 
 
@@ -187,4 +190,4 @@ def test_a_run_without_phase_ranges_finds_its_idle_time_without_a_warning(tmp_pa
         warnings.simplefilter("error")
         a = specnsys.analyze(path, rules="specnsys")
     assert a.findings is not None
-    assert set(a.findings["idle_by_phase"]) <= {"unannotated"}
+    assert set(json_doc(a.findings)["idle_by_phase"]) <= {"unannotated"}

@@ -22,7 +22,7 @@ import pytest
 import specnsys
 from specnsys.metrics.structure import STRUCTURE_PREFIX
 from specnsys.testing import NsysExportBuilder
-from tests.conftest import CORPUS, REPO, SAMPLE_TRACES, corpus_files, sha256
+from tests.conftest import CORPUS, REPO, SAMPLE_TRACES, corpus_files, json_doc, sha256
 
 US = 1_000
 STEPS = 4
@@ -90,7 +90,7 @@ def runs(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_generic_analysis_sums_to_the_window_and_names_its_kernels(runs) -> None:
     a = specnsys.analyze(runs[0])
-    d = a.to_dict()
+    d = json_doc(a.to_dict())
     assert d["mode"] == "generic" and d["rules"] == "nvtx"
     assert d["window_ns"] == window_of()
     assert sum(row["wall_ns"] for row in d["phases"].values()) == d["window_ns"]
@@ -173,7 +173,7 @@ def test_every_command_answers_on_generic_runs_through_the_cli(runs, tmp_path: P
 
 def test_ab_compare_names_the_phase_that_was_made_slower(runs) -> None:
     compared = specnsys.compare(*runs)
-    doc = compared.to_dict()
+    doc = json_doc(compared.to_dict())
     assert doc["kind"] == "ab" and doc["modes"] == {"a": "generic", "b": "generic"}
     slower = STEPS * SAMPLE * 2  # sampling took three times as long in B
     assert doc["window_ns"]["delta_ns"] == window_of(3) - window_of() == slower
@@ -192,7 +192,7 @@ def test_ab_compare_names_the_phase_that_was_made_slower(runs) -> None:
 def test_same_mode_pairs_are_ab_and_baseline_then_spec_keeps_its_comparison() -> None:
     base = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
     spec = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
-    same = specnsys.compare(base, base).to_dict()
+    same = json_doc(specnsys.compare(base, base).to_dict())
     assert same["kind"] == "ab" and same["moved"] == [] and same["window_ns"]["delta_ns"] == 0
     assert all(r["delta_ns"] == 0 for r in same["phases"].values())
     specs = specnsys.compare(spec, spec).to_dict()
@@ -247,7 +247,7 @@ def test_a_trace_without_nvtx_ranges_answers_with_a_hint(tmp_path: Path) -> None
 
 def test_explicit_rules_are_kept_and_the_specnsys_vocabulary_stays_the_default(runs) -> None:
     # explicit specnsys rules on an engine trace: no phase is claimed, nothing is switched
-    d = specnsys.analyze(runs[0], rules="specnsys").to_dict()
+    d = json_doc(specnsys.analyze(runs[0], rules="specnsys").to_dict())
     assert d["rules"] == "specnsys" and not any(NOTE in w for w in d["warnings"])
     assert d["phases"]["unannotated"]["wall_ns"] == d["window_ns"]
     sample = specnsys.analyze(SAMPLE_TRACES / "baseline_chat_c4.sqlite")

@@ -11,6 +11,7 @@ import re
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,12 +106,16 @@ def test_report_of_one_baseline_trace_with_gpu_lanes(tmp_path: Path) -> None:
 
 
 def test_renderer_escapes_what_it_is_given() -> None:
-    evil = {**BASELINE, "path": "<script>alert(1)</script>.sqlite", "warnings": ["a < b & c"]}
+    # A partial analyze --json document (Any, as BASELINE: only the keys the renderer reads).
+    evil: Any = {**BASELINE, "path": "<script>alert(1)</script>.sqlite", "warnings": ["a < b & c"]}
     svg = '<svg xmlns="http://www.w3.org/2000/svg" width="10pt" height="5pt"><g id="a"/></svg>'
     page_text = render_report_html(
         runs=[("<b>run</b>", evil), ("spec", SPEC)],
         comparison=COMPARISON,
-        whatcut={"mode": "baseline", "p": 0.55, "ceiling": 2.2, "candidates": []},
+        whatcut={
+            "mode": "baseline", "accelerable": ["forward"], "p": 0.55, "ceiling": 2.2,
+            "non_accelerable_share": 0.45, "candidates": [], "not_available": None,
+        },  # fmt: skip
         figures=[ReportFigure("phases", 'title "quoted" <x>', svg)],
     )
     page = Page(page_text)

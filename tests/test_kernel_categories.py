@@ -15,6 +15,7 @@ from specnsys.attribution.categories import categorize_ops
 from specnsys.attribution.launch import gpu_ops_with_phase
 from specnsys.testing import NsysExportBuilder
 from tests.cli_driver import run_one
+from tests.conftest import json_doc
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "traces" / "real"
 
@@ -186,7 +187,7 @@ def test_categorize_ops_matches_each_distinct_name_once(tmp_path: Path) -> None:
 def test_analyze_says_what_kind_of_work_each_phase_ran(tmp_path: Path) -> None:
     """analyze's top_kernels: per phase, kernel time by category over the phase's summed
     kernel time (kernels only: the memcpy is not in it)."""
-    doc = api.analyze(_trace(tmp_path)).to_dict()
+    doc = json_doc(api.analyze(_trace(tmp_path)).to_dict())
     by_phase = doc["top_kernels"]["by_phase"]
     assert [(c["category"], c["time_ns"]) for c in by_phase["verify"]["categories"]] == [
         ("gemm", 400), ("attention", 300), ("norm_elementwise", 100)]

@@ -16,6 +16,7 @@ import pytest
 
 import specnsys
 from specnsys import annotate
+from tests.conftest import json_doc
 
 torch = pytest.importorskip("torch")
 from torch import Tensor  # noqa: E402
@@ -87,7 +88,7 @@ def test_ranges_and_marks_become_scopes_the_reader_reads_back(tmp_path: Path, mo
     assert (run.mode, run.tokens, run.tokens_source, run.requests, run.steps) == (
         "baseline", 3, "tokens_marks", 1, 2,
     )  # fmt: skip
-    latency = run.to_dict()["latency"]
+    latency = json_doc(run.to_dict())["latency"]
     assert latency["per_request"][0]["request_id"] == 7 and latency["ttft_ns"]["count"] == 1
     assert run.phases["forward"]["ranges"] == 2 and run.phases["sample"]["wall_ns"] >= 2_000_000
 

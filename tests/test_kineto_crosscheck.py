@@ -31,6 +31,7 @@ import pytest
 import specnsys
 from specnsys.capture import profile
 from specnsys.ingest.nsys_rep import find_nsys
+from specnsys.metrics.analysis import Analysis
 from tests.conftest import REPO
 
 pytest.importorskip("torch")
@@ -66,13 +67,13 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
     return made
 
 
-def _analyses(paths: tuple[Path, Path]) -> tuple[specnsys.Analysis, specnsys.Analysis]:
+def _analyses(paths: tuple[Path, Path]) -> tuple[Analysis, Analysis]:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # neither trace needs a data-quality note
         return specnsys.analyze(paths[0]), specnsys.analyze(paths[1])
 
 
-def _shares(a: specnsys.Analysis) -> dict[str, float]:
+def _shares(a: Analysis) -> dict[str, float]:
     return {name: row["share"] for name, row in a.phases.items() if row["wall_ns"]}
 
 

@@ -22,9 +22,11 @@ import pytest
 import specnsys
 from specnsys.errors import SpecnsysWarning
 from specnsys.ingest.reference import model_reference
+from specnsys.metrics.analysis import Analysis
 from specnsys.readers.kineto import KinetoVersion
 from specnsys.readers.kineto.tables import short_kernel_name
 from specnsys.testing.builder import NsysExportBuilder
+from tests.conftest import json_doc
 from tests.kineto_builder import ChromeTrace
 
 KERNEL = (
@@ -76,12 +78,12 @@ class Both:
             self.torch.write(tmp_path / "loop.json"),
         )
 
-    def analyze(self, tmp_path: Path, **kw: Any) -> tuple[specnsys.Analysis, specnsys.Analysis]:
+    def analyze(self, tmp_path: Path, **kw: Any) -> tuple[Analysis, Analysis]:
         nsys, torch = self.paths(tmp_path)
         return specnsys.analyze(nsys, **kw), specnsys.analyze(torch, **kw)
 
 
-def _walls(a: specnsys.Analysis) -> dict[str, int]:
+def _walls(a: Analysis) -> dict[str, int]:
     return {name: row["wall_ns"] for name, row in a.phases.items() if row["wall_ns"]}
 
 
@@ -93,7 +95,7 @@ SAME = (
 )  # fmt: skip
 
 
-def _same(a: specnsys.Analysis, b: specnsys.Analysis) -> None:
+def _same(a: Analysis, b: Analysis) -> None:
     da, db = a.to_dict(), b.to_dict()
     for key in SAME:
         assert da.get(key) == db.get(key), key
@@ -148,7 +150,7 @@ def test_a_speculative_loop_gives_every_number_nsys_gives(tmp_path: Path) -> Non
     }  # fmt: skip
     assert torch.acceptance is not None and torch.acceptance["mean_accepted"] == 2
     assert torch.draft_forwards_per_step == 4
-    latency = torch.to_dict()["latency"]
+    latency = json_doc(torch.to_dict())["latency"]
     assert latency["ttft_ns"]["mean"] == 98 and latency["tpot_ns"]["mean"] == (700 - 98) / 6
     assert latency["per_request"][0]["request_id"] == 7
     assert torch.tokens == 7 and torch.requests == 1

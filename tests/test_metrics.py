@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 import pytest
@@ -29,6 +30,7 @@ from specnsys.metrics import (
     whatif,
 )
 from specnsys.metrics.acceptance import acceptance_from_pairs
+from specnsys.metrics.bandwidth import MarkedBandwidth, SampledBandwidth
 from specnsys.testing import NsysExportBuilder
 
 # --------------------------------------------------------------------------- builders
@@ -430,8 +432,8 @@ def test_gpu_baseline_bandwidth_from_target_bytes(tmp_path: Path) -> None:
     assert walls == {"prefill": 100, "forward": 550, "sample": 50, "sync": 100, "decode": 200}
     assert a.p == pytest.approx(0.55)
     assert a.phases["forward"]["gpu_busy_ns"] == 500 and a.phases["sync"]["gpu_busy_ns"] == 0
-    bw = a.bandwidth
-    assert bw is not None and bw["source"] == "target_bytes"
+    assert a.bandwidth is not None and a.bandwidth["source"] == "target_bytes"
+    bw = cast(MarkedBandwidth, a.bandwidth)  # the source says which of the two payloads it is
     assert bw["peak_bytes_per_s"] == pytest.approx(1e12)
     assert bw["by_phase"]["forward"]["bytes_per_s"] == pytest.approx(8e11)
     assert bw["by_phase"]["forward"]["fraction_of_peak"] == pytest.approx(0.8)
@@ -444,8 +446,8 @@ def test_gpu_baseline_bandwidth_from_target_bytes(tmp_path: Path) -> None:
 def test_gpu_baseline_bandwidth_from_gpu_metrics(tmp_path: Path) -> None:
     with gpu_baseline(True).open(tmp_path, "gpu_metrics.sqlite") as t:
         a = analyze_trace(t, pid=1)
-    bw = a.bandwidth
-    assert bw is not None and bw["source"] == "gpu_metrics"
+    assert a.bandwidth is not None and a.bandwidth["source"] == "gpu_metrics"
+    bw = cast(SampledBandwidth, a.bandwidth)  # the source says which of the two payloads it is
     assert bw["metrics"] == [
         "DRAM Read Bandwidth [Throughput %]",
         "DRAM Write Bandwidth [Throughput %]",

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 import specnsys
+from specnsys.metrics.analysis import Analysis
 from specnsys.metrics.structure import STRUCTURE_PREFIX
 from specnsys.testing.builder import NsysExportBuilder
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, json_doc
 
 
 class Loop:
@@ -43,18 +44,18 @@ class Loop:
         self.b.mark(t, name, pid=1, tid=1, domain_id=1, payload_int=value)
         return self
 
-    def analyze(self, tmp_path: Path, name: str = "t.sqlite") -> specnsys.Analysis:
+    def analyze(self, tmp_path: Path, name: str = "t.sqlite") -> Analysis:
         return specnsys.analyze(self.b.write(tmp_path / name))
 
     def path(self, tmp_path: Path, name: str) -> Path:
         return self.b.write(tmp_path / name)
 
 
-def _walls(a: specnsys.Analysis) -> dict[str, int]:
+def _walls(a: Analysis) -> dict[str, int]:
     return {name: row["wall_ns"] for name, row in a.phases.items() if row["wall_ns"]}
 
 
-def _structural(a: specnsys.Analysis) -> list[str]:
+def _structural(a: Analysis) -> list[str]:
     return [w for w in a.warnings if w.startswith(STRUCTURE_PREFIX)]
 
 
@@ -172,7 +173,7 @@ def test_compare_does_not_count_the_drafts_sampling_as_the_targets(tmp_path: Pat
         base.range(s + 80, s + 95, "sample").mark(s + 97, "tokens", 1)
     spec = _spec("step")
     result = specnsys.compare(base.path(tmp_path, "b.sqlite"), spec.path(tmp_path, "s.sqlite"))
-    sample = result.to_dict()["phases"]["sample"]
+    sample = json_doc(result.to_dict())["phases"]["sample"]
     assert sample["baseline_ns_per_token"] == pytest.approx(90 / 7)
     assert sample["spec_ns_per_token"] == pytest.approx(30 / 7)  # the draft's 6 ns are draft
 
@@ -180,7 +181,7 @@ def test_compare_does_not_count_the_drafts_sampling_as_the_targets(tmp_path: Pat
 # ----------------------------------------------------------------- structural checks
 
 
-def _one_structural(a: specnsys.Analysis, words: str) -> str:
+def _one_structural(a: Analysis, words: str) -> str:
     found = _structural(a)
     assert len(found) == 1, found
     assert words in found[0], found[0]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import specnsys
+from specnsys.api import Phases
 from specnsys.attribution.rule_match import choose_pack
 from specnsys.cli.main import main
 from specnsys.testing import NsysExportBuilder
@@ -28,7 +29,7 @@ BUILT: dict[str, Callable[[Path], Path]] = {
 }
 
 
-def _walls(result: specnsys.Phases) -> dict[str, int]:
+def _walls(result: Phases) -> dict[str, int]:
     return {str(r["phase"]): int(r["wall_ns"]) for r in result.frame.iter_rows(named=True)}
 
 

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 import specnsys
 from specnsys.cli.main import main
 from specnsys.testing.builder import NsysExportBuilder
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, json_doc
 from tests.test_attribution import _traces, spec_builder
 
 GPU_PID = 1 << 30  # the export's GPU processes are numbered from here
@@ -80,7 +80,7 @@ def _gpu_trace(path: Path) -> Path:
 
 
 def _export(path: Path, **kw: Any) -> dict[str, Any]:
-    return specnsys.export(path, **kw).to_dict()
+    return json_doc(specnsys.export(path, **kw).to_dict())
 
 
 def _tracks(doc: dict[str, Any]) -> dict[tuple[int, int], list[dict[str, Any]]]:

@@ -17,6 +17,7 @@ from specnsys.cli.main import main
 from specnsys.errors import UsageError
 from specnsys.metrics import analyze_trace
 from specnsys.render import plots
+from specnsys.render.renderer import FigureData
 from specnsys.testing import NsysExportBuilder
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -52,9 +53,11 @@ def test_a_baseline_alone_still_draws_its_amdahl_chart(tmp_path: Path) -> None:
     assert main(["plot", "amdahl", BASE, "-o", str(tmp_path / "a.svg")]) == 0
 
 
-def _undrawable() -> list[dict[str, Any]]:
-    base = {"mode": "baseline", "not_available": {"acceptance": "a baseline run proposes no"}}
-    spec = {"mode": "spec", "window_ns": MS, "phases": {}, "not_available": {"p": "no p here"}}
+def _undrawable() -> list[FigureData]:
+    # Partial documents on purpose (Any, not AnalysisDoc): each holds only what makes its
+    # figure undrawable, to check that the renderers say so instead of failing.
+    base: Any = {"mode": "baseline", "not_available": {"acceptance": "a baseline run proposes no"}}
+    spec: Any = {"mode": "spec", "window_ns": MS, "phases": {}, "not_available": {"p": "no p here"}}
     return [
         plots.phases_data([]),
         plots.acceptance_data(base),
@@ -64,7 +67,7 @@ def _undrawable() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("data", _undrawable(), ids=lambda d: d["kind"])
-def test_require_drawable_refuses_what_the_report_draws_as_a_panel(data: dict[str, Any]) -> None:
+def test_require_drawable_refuses_what_the_report_draws_as_a_panel(data: FigureData) -> None:
     assert data["not_available"]
     with pytest.raises(UsageError, match=f"cannot draw the {data['kind']} figure: "):
         plots.require_drawable(data)

@@ -19,7 +19,7 @@ import specnsys
 from specnsys.cli.main import main
 from specnsys.render.plots.steps import STEP_QUANTILES, TOKEN_ROW
 from specnsys.testing.builder import NsysExportBuilder
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, json_doc
 from tests.test_step_distributions import _loop
 
 BASE = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
@@ -55,8 +55,9 @@ def test_every_quantile_equals_analyze_on_the_samples(tmp_path: Path) -> None:
     runs = {r["label"]: r for r in data["runs"]}
     assert set(runs) == {"baseline_chat_c4", "spec_chat_c4_k4"}
     for path in (BASE, SPEC):
-        dist = specnsys.analyze(path).step_distributions
-        assert dist is not None
+        distributions = specnsys.analyze(path).step_distributions
+        assert distributions is not None
+        dist = json_doc(distributions)
         run = runs[path.stem]
         assert run["steps"] == dist["steps"]
         for phase, spread in dist["phases"].items():

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ from specnsys.attribution.lanes import timeline_lanes
 from specnsys.metrics.whatcut import what_to_cut
 from specnsys.render import plots
 from specnsys.render.palette import PHASE_COLORS, ordered_phases, phase_color
+from specnsys.render.plots.sweep import SweepRun
+from specnsys.render.renderer import FigureData
+from tests.conftest import json_doc
 from tests.test_plots_lanes import build_gpu_trace
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "plots"
@@ -47,7 +51,12 @@ def _phases(walls_ms: dict[str, float], window_ms: float) -> dict[str, dict[str,
 
 # A baseline whose decode forward passes are 55% of a 100 ms window (the example), and
 # a speculative run of the same 100 output tokens in 60 ms.
-BASELINE: dict[str, Any] = {
+#
+# BASELINE, SPEC and COMPARISON are partial documents on purpose: only the keys the renderers
+# read (the renderers tolerate the others missing), so they are typed Any, not AnalysisDoc /
+# ComparisonDoc, which declare every key of a real document; so is every variant built from
+# them below.
+BASELINE: Any = {
     "mode": "baseline",
     "window_ns": 100 * MS,
     "tokens": 100,
@@ -78,7 +87,7 @@ BASELINE: dict[str, Any] = {
     "bandwidth": None,
     "not_available": {"acceptance": "a baseline run proposes no drafts"},
 }
-SPEC: dict[str, Any] = {
+SPEC: Any = {
     "mode": "spec",
     "window_ns": 60 * MS,
     "tokens": 100,
@@ -119,7 +128,7 @@ SPEC: dict[str, Any] = {
 }
 # compare --json of the two: r = (55/100) / (35/100), predicted 1 / (0.45 + 0.55 / r) = 1.25,
 # measured (100/100) / (60/100) = 1.667, gap = measured / predicted - 1 = 1/3.
-COMPARISON: dict[str, Any] = {
+COMPARISON: Any = {
     "p": 0.55,
     "r": 55 / 35,
     "predicted_speedup": 1.25,
@@ -129,7 +138,7 @@ COMPARISON: dict[str, Any] = {
 }
 
 
-def _spec_k(k: int, measured: float, predicted: float) -> tuple[dict, dict]:
+def _spec_k(k: int, measured: float, predicted: float) -> tuple[Any, Any]:
     spec = {**SPEC, "k": k, "acceptance": {**SPEC["acceptance"], "k": k}}
     comp = {**COMPARISON, "k": k, "measured_speedup": measured, "predicted_speedup": predicted,
             "gap": measured / predicted - 1}  # fmt: skip
@@ -153,7 +162,7 @@ def approx_equal(actual: Any, expected: Any, path: str = "") -> None:
         assert actual == expected, path
 
 
-def check_golden(name: str, data: dict[str, Any]) -> None:
+def check_golden(name: str, data: Mapping[str, object]) -> None:
     data = json.loads(json.dumps(data))  # what a JSON consumer sees (tuples -> lists)
     path = GOLDEN / f"{name}.json"
     if os.environ.get("SPECNSYS_UPDATE_GOLDEN"):
@@ -190,7 +199,7 @@ def test_phases_data() -> None:
 
 
 def test_phases_data_without_token_counts_uses_window_shares() -> None:
-    untimed = {**BASELINE, "tokens": None}
+    untimed: Any = {**BASELINE, "tokens": None}  # partial, as BASELINE
     data = plots.phases_data([("run", untimed)])
     assert data["unit"] == "share of the run's window (%)"
     assert data["bars"][0]["total"] == pytest.approx(100.0)
@@ -230,7 +239,8 @@ def test_amdahl_data_of_one_trace_names_the_best_cut() -> None:
     assert data["title"] == (
         "decode forward is 55% of time: ceiling 2.2x; cutting prefill as well lifts it to 3.3x"
     )
-    assert data["points"] == [] and "baseline and a speculative run" in data["note"]
+    assert data["points"] == [] and data["note"] is not None
+    assert "baseline and a speculative run" in data["note"]
 
 
 def test_acceptance_data() -> None:
@@ -249,16 +259,17 @@ def test_acceptance_data() -> None:
 def test_acceptance_histogram_derived_from_positions_matches_the_counted_one() -> None:
     counted = plots.acceptance_data(SPEC)
     acc = {k: v for k, v in SPEC["acceptance"].items() if k != "accepted_histogram"}
-    derived = plots.acceptance_data({**SPEC, "acceptance": acc})
+    without_counts: Any = {**SPEC, "acceptance": acc}  # partial, as SPEC
+    derived = plots.acceptance_data(without_counts)
     assert derived["histogram"] == pytest.approx(counted["histogram"])
     assert derived["histogram_source"] == "derived from per-position acceptance"
-    rising = {**acc, "by_position": [0.5, 0.7]}
-    broken = plots.acceptance_data({**SPEC, "acceptance": rising})
+    rising: Any = {**SPEC, "acceptance": {**acc, "by_position": [0.5, 0.7]}}
+    broken = plots.acceptance_data(rising)
     assert broken["histogram"] is None and "rises with position" in broken["histogram_source"]
 
 
 def test_sweep_data() -> None:
-    runs = []
+    runs: list[SweepRun] = []
     for k, measured, predicted in ((6, 1.1, 1.3), (2, 1.4, 1.35), (4, 1.6, 1.5)):
         spec, comp = _spec_k(k, measured, predicted)
         runs.append({"label": f"spec_k{k}", "analysis": spec, "comparison": comp})
@@ -273,7 +284,9 @@ def test_sweep_data() -> None:
 
 def test_sweep_axis_falls_back_to_labels_and_says_when_nothing_wins() -> None:
     spec, comp = _spec_k(4, 0.7, 0.75)
-    runs = [{"label": name, "analysis": spec, "comparison": comp} for name in ("c1", "c8")]
+    runs: list[SweepRun] = [
+        {"label": name, "analysis": spec, "comparison": comp} for name in ("c1", "c8")
+    ]
     data = plots.sweep_data(runs)
     assert data["axis"] == "run" and data["x"] == ["c1", "c8"]
     assert data["title"].startswith("no run beats its baseline (best 0.70x at c1)")
@@ -324,12 +337,14 @@ def test_timeline_data_without_gpu_says_so() -> None:
 def test_figures_say_not_available_instead_of_guessing(tmp_path: Path) -> None:
     acc = plots.acceptance_data(BASELINE)
     assert acc["not_available"] == "a baseline run proposes no drafts"
-    acc2 = plots.acceptance_data({**SPEC, "acceptance": None, "not_available": {}})
+    unmarked: Any = {**SPEC, "acceptance": None, "not_available": {}}  # partial, as SPEC
+    acc2 = plots.acceptance_data(unmarked)
     assert acc2["not_available"] == "the trace has no proposed/accepted marks"
-    empty = {**BASELINE, "window_ns": 0, "accelerable_ns": 0, "p": None, "amdahl_ceiling": None}
+    empty: Any = {**BASELINE, "window_ns": 0, "accelerable_ns": 0, "p": None, "amdahl_ceiling": None}
     amdahl = plots.amdahl_data(empty)
     assert amdahl["not_available"] == "the analysis window is empty"
     sweep = plots.sweep_data([])
+    assert sweep["not_available"] is not None
     assert "compared with a baseline" in sweep["not_available"]
     for data in (acc, amdahl, sweep):
         fig = plots.draw(data)
@@ -341,14 +356,14 @@ def test_figures_say_not_available_instead_of_guessing(tmp_path: Path) -> None:
 # -- readable output -----------------------------------------------------------------------
 
 
-def _all_figure_data(tmp_path: Path) -> list[dict[str, Any]]:
-    runs = []
+def _all_figure_data(tmp_path: Path) -> list[FigureData]:
+    runs: list[SweepRun] = []
     for k, measured, predicted in ((2, 1.4, 1.35), (4, 1.6, 1.5), (6, 1.1, 1.3)):
         spec, comp = _spec_k(k, measured, predicted)
         runs.append({"label": f"spec_k{k}", "analysis": spec, "comparison": comp})
     with specnsys.open(build_gpu_trace(tmp_path / "gpu.sqlite")) as t:
         lanes = timeline_lanes(t).to_dict()
-    mixed = {**SPEC, "acceptance": {**SPEC["acceptance"], "k_values": [2, 4]}}
+    mixed: Any = {**SPEC, "acceptance": {**SPEC["acceptance"], "k_values": [2, 4]}}  # partial
     return [
         plots.phases_data([("baseline", BASELINE), ("spec k=4", SPEC)]),
         plots.amdahl_data(BASELINE, COMPARISON),
@@ -394,8 +409,10 @@ def test_every_figure_is_written_as_png_and_svg_without_overlapping_text(
             overlap_h = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
             assert overlap_w <= 1 or overlap_h <= 1, f"{data['kind']}: {a!r} overlaps {b!r}"
         png = plots.save_figure(fig, tmp_path / f"{data['kind']}.png")
-        if data.get("note"):
-            assert any(data["note"] in t for t, _ in boxes), data["kind"]
+        note = data.get("note")
+        if note:
+            assert isinstance(note, str), data["kind"]
+            assert any(note in t for t, _ in boxes), data["kind"]
         pixels = mpimg.imread(png)
         assert pixels.shape[1] >= 1000, "readable: at least 1000 px wide at 150 dpi"
         assert pixels[..., :3].mean(axis=2).var() > 0.005
@@ -468,7 +485,7 @@ def test_what_to_cut_ranks_by_how_far_the_ceiling_rises() -> None:
     assert prefill.ceiling_after == pytest.approx(85 / 30)
     assert prefill.ceiling_gain == pytest.approx(85 / 30 - 100 / 45)
     assert prefill.combined_ceiling == pytest.approx(100 / 30)
-    d = cut.to_dict()
+    d = json_doc(cut.to_dict())
     assert d["non_accelerable_share"] == pytest.approx(0.45)
     assert d["candidates"][0]["phase"] == "prefill"
     # A tie (sync and unannotated, both 4 ms) keeps name order.
@@ -500,8 +517,9 @@ def test_legend_of_a_trace_with_many_phases_lists_the_heaviest(
     # Traces mapped with --rules nvtx can have hundreds of "phases": the legend keeps the
     # 13 heaviest and counts the rest, and the figure still lays out without overlaps.
     walls = {f"op_{i:02d}": float(i + 1) for i in range(20)}
-    run = {"mode": "baseline", "window_ns": int(sum(walls.values()) * MS), "tokens": 10,
-           "phases": _phases(walls, sum(walls.values()))}  # fmt: skip
+    # A partial analyze --json document: only the keys phases_data reads.
+    run: Any = {"mode": "baseline", "window_ns": int(sum(walls.values()) * MS), "tokens": 10,
+                "phases": _phases(walls, sum(walls.values()))}  # fmt: skip
     data = plots.phases_data([("run", run)])
     assert data["legend"] == [f"op_{i:02d}" for i in range(7, 20)]
     assert data["legend_more"] == 7

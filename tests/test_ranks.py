@@ -24,7 +24,7 @@ from specnsys.attribution.phase_map import phase_ranges
 from specnsys.metrics.ranks import ONE_PROCESS
 from specnsys.render.analyze_text import straggler_line
 from specnsys.testing import NsysExportBuilder
-from tests.conftest import CORPUS, SAMPLE_TRACES, corpus_files
+from tests.conftest import CORPUS, SAMPLE_TRACES, corpus_files, json_doc
 
 NSYSAI = [p for p in corpus_files() if p.name.startswith("2026.2.1_nsysai_")]
 
@@ -119,8 +119,9 @@ def test_every_rank_phase_time_and_window(tmp_path: Path, n: int) -> None:
     lags = (40, 120, 80, 400)  # median 100, max 400
     path, expected = tp_trace(tmp_path, n, straggler=n - 1, lags=lags)
     analysis = specnsys.analyze(path)
-    doc = analysis.ranks
-    assert doc is not None and doc["processes"] == n
+    assert analysis.ranks is not None
+    doc = json_doc(analysis.ranks)
+    assert doc["processes"] == n
     assert "ranks" not in analysis.not_available
     for row in doc["ranks"]:
         r = row["rank"]
@@ -153,8 +154,9 @@ def test_straggler_and_its_lag(tmp_path: Path, n: int) -> None:
     lags = (40, 120, 80, 400)
     straggler = 1
     path, _ = tp_trace(tmp_path, n, straggler=straggler, lags=lags)
-    doc = specnsys.analyze(path).ranks
-    assert doc is not None
+    ranks = specnsys.analyze(path).ranks
+    assert ranks is not None
+    doc = json_doc(ranks)
     s = doc["straggler"]
     assert (s["rank"], s["pid"], s["basis"]) == (straggler, pid_of(straggler), "steps")
     assert s["matched_steps"] == STEPS
@@ -175,8 +177,9 @@ def test_ranks_that_end_together_name_no_straggler(tmp_path: Path) -> None:
     trace = CORPUS / "2026.2.1_nsysai_mfu-2gpu-after.sqlite"
     if not trace.exists():
         pytest.skip(f"{trace} not present")
-    doc = specnsys.analyze(trace).ranks
-    assert doc is not None
+    ranks = specnsys.analyze(trace).ranks
+    assert ranks is not None
+    doc = json_doc(ranks)
     s = doc["straggler"]
     assert s["basis"] == "window" and s["window_end_lag_ns"] < 10_000
     assert s["lag_share"] == pytest.approx(s["window_end_lag_ns"] / doc["window_ns"])
@@ -196,8 +199,9 @@ def test_ranks_follow_devices_not_pids_and_a_process_without_gpu_work_comes_last
     b.domain(1, "specnsys", pid=3, tid=1)
     for i in range(3):
         b.push_pop(1000 + i * 100, 1050 + i * 100, "schedule", pid=3, tid=1, domain_id=1)
-    doc = specnsys.analyze(b.write(tmp_path / "core.sqlite")).ranks
-    assert doc is not None
+    ranks = specnsys.analyze(b.write(tmp_path / "core.sqlite")).ranks
+    assert ranks is not None
+    doc = json_doc(ranks)
     assert [(r["rank"], r["pid"], r["device"]) for r in doc["ranks"]] == [
         (0, pid_of(0), 0), (1, pid_of(1), 1), (2, 3, None),
     ]  # fmt: skip
@@ -220,8 +224,9 @@ def test_unequal_step_counts_match_by_index_and_say_so(tmp_path: Path) -> None:
     late.pp(s + 100, s + 200, "verify")
     late.pp(s, s + 200, "decode")
     late.b.start_end(s - 10, s + 300, "request", pid=late.pid, tid=1, domain_id=1, payload_int=1)
-    doc = specnsys.analyze(b.write(tmp_path / "uneven.sqlite")).ranks
-    assert doc is not None
+    ranks = specnsys.analyze(b.write(tmp_path / "uneven.sqlite")).ranks
+    assert ranks is not None
+    doc = json_doc(ranks)
     assert [r["steps"] for r in doc["ranks"]] == [STEPS, STEPS + 1]
     assert doc["straggler"]["matched_steps"] == STEPS
     assert doc["straggler"]["rank"] == 1 and doc["straggler"]["max_lag_ns"] == 30
@@ -238,7 +243,7 @@ def test_pid_keeps_the_single_process_view(tmp_path: Path) -> None:
     path, expected = tp_trace(tmp_path, 3, straggler=2, lags=(10, 20, 30, 40))
     whole = specnsys.analyze(path)
     assert whole.ranks is not None
-    for row in whole.ranks["ranks"]:
+    for row in json_doc(whole.ranks)["ranks"]:
         one = specnsys.analyze(path, pid=row["pid"])
         assert one.ranks is None
         assert one.not_available["ranks"] == f"--pid {row['pid']}: the view of one process was asked for"
@@ -402,10 +407,10 @@ def test_two_gpu_corpus_answers_per_rank(path: Path) -> None:
         mine = projection.filter(pl.col("pid") == rank.pid)
         assert ours == _innermost_ops(mine, parents, phase_ids)
     # analyze (a generic run under --rules torch) has the same ranks section
-    analyzed = specnsys.analyze(path, rules="torch").ranks
-    assert analyzed is not None and [r["pid"] for r in analyzed["ranks"]] == [
-        r["pid"] for r in doc["ranks"]
-    ]
+    ranks = specnsys.analyze(path, rules="torch").ranks
+    assert ranks is not None
+    analyzed = json_doc(ranks)
+    assert [r["pid"] for r in analyzed["ranks"]] == [r["pid"] for r in doc["ranks"]]
     for row in analyzed["ranks"]:
         assert sum(p["wall_ns"] for p in row["phases"].values()) == row["window_ns"]
 

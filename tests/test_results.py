@@ -16,6 +16,7 @@ from specnsys.results import (
     to_dict,
     value_or_none,
 )
+from tests.conftest import json_doc
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def _cell() -> _Cell:
 
 
 def test_a_missing_value_is_null_with_its_reason_beside_it() -> None:
-    doc = to_dict(_cell())
+    doc = json_doc(to_dict(_cell()))
     assert doc["speedup"] is None
     assert doc["not_available"] == {"speedup": "needs the verify cost at two k"}
     assert doc["terms"][1] == {

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pytest
@@ -335,10 +334,10 @@ def test_an_interrupt_while_a_run_is_written_takes_effect_once_it_is_recorded(
     on two busy cores: its phases written, steps and requests not yet) used to drop the
     analysed run; now the interrupt is held until the run is recorded, then raised."""
     from specnsys.runset.collect import _version, analyse_trace
-    from specnsys.runset.dataset import Dataset
+    from specnsys.runset.dataset import Dataset, Settings
 
     trace = _copies(tmp_path / "t", ["baseline_chat_c4"])[0]
-    settings: dict[str, Any] = {"rules": None, "pid": None, "specnsys": _version(),
+    settings: Settings = {"rules": None, "pid": None, "specnsys": _version(),
                                 "labels": {}, "use_cache": False}  # fmt: skip
     record = analyse_trace(str(trace), settings, {})
     written: list[str] = []

@@ -17,6 +17,7 @@ from specnsys.runset.collect import collect
 from specnsys.runset.labels import Labeler
 from specnsys.runset.sweep import NOISY_RELATIVE_MAD, sweep
 from specnsys.testing import NsysExportBuilder
+from tests.conftest import json_doc
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 SAMPLE_PATTERNS = ("{mode}_{workload}_c{concurrency}_k{k}", "{mode}_{workload}_c{concurrency}")
@@ -114,7 +115,7 @@ def _cell(result: dict, **labels: str) -> dict:
 def test_sweep_numbers_equal_compare_for_the_same_pairs(samples: Path) -> None:
     """Each pair of the sweep is what `specnsys compare BASELINE SPEC --json` says, to the bit;
     a cell of one pair carries those numbers as its medians."""
-    result = sweep(samples).to_dict()
+    result = json_doc(sweep(samples).to_dict())
     assert len(result["pairs"]) == 5 and not result["unpaired_spec_runs"]
     for pair in result["pairs"]:
         done = _cli("compare", pair["baseline"], pair["spec"], "--json")
@@ -154,7 +155,7 @@ def test_sweep_cli_text_and_json_on_the_samples(samples: Path) -> None:
 
 
 def test_crossover_and_best_k_on_runs_with_known_costs(built: Path) -> None:
-    result = sweep(built, by=["k", "concurrency"]).to_dict()
+    result = json_doc(sweep(built, by=["k", "concurrency"]).to_dict())
     for k, a in ACCEPTED.items():
         for c in CONCURRENCY:
             cell = _cell(result, k=str(k), concurrency=str(c))
@@ -181,7 +182,7 @@ def test_crossover_and_best_k_on_runs_with_known_costs(built: Path) -> None:
 
 
 def test_cost_model_recovers_the_known_step_costs(built: Path) -> None:
-    model = sweep(built).to_dict()["cost_model"]
+    model = json_doc(sweep(built).to_dict())["cost_model"]
     (family,) = model["families"]
     verify, draft, forward = family["verify_fit"], family["draft_fit"], family["baseline_forward_fit"]
     assert verify["slope"] == pytest.approx(V1) and verify["intercept"] == pytest.approx(V0)
@@ -295,7 +296,7 @@ def test_a_dataset_without_baselines_says_so(tmp_path: Path) -> None:
     folder.mkdir()
     shutil.copyfile(SAMPLES / "spec_chat_c4_k4.sqlite", folder / "spec_chat_c4_k4.sqlite")
     collect([folder], tmp_path / "ds", labeler=Labeler(patterns=SAMPLE_PATTERNS), workers=1)
-    result = sweep(tmp_path / "ds").to_dict()
+    result = json_doc(sweep(tmp_path / "ds").to_dict())
     assert not result["pairs"]
     assert "no baseline run" in next(iter(result["unpaired_spec_runs"].values()))
     cell = result["cells"][0]

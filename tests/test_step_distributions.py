@@ -16,7 +16,7 @@ import pytest
 import specnsys
 from specnsys.metrics.analysis import analysis_steps
 from specnsys.testing.builder import NsysExportBuilder
-from tests.conftest import SAMPLE_TRACES
+from tests.conftest import SAMPLE_TRACES, json_doc
 
 
 def _loop(forwards: list[int], kv_every: int = 2) -> NsysExportBuilder:
@@ -57,8 +57,9 @@ def _cont(values: list[float], q: float) -> float:
 )
 def test_quantiles_per_phase_are_exact(tmp_path: Path, forwards: list[int]) -> None:
     a = specnsys.analyze(_loop(forwards).write(tmp_path / "t.sqlite"))
-    dist = a.step_distributions
-    assert dist is not None and dist["steps"] == len(forwards)
+    assert a.step_distributions is not None
+    dist = json_doc(a.step_distributions)
+    assert dist["steps"] == len(forwards)
     fwd = dist["phases"]["forward"]
     for key, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
         assert fwd[key] == pytest.approx(_cont([float(f) for f in forwards], q), abs=1e-9)
@@ -89,8 +90,9 @@ def test_on_the_samples_they_equal_quantile_cont_over_the_steps_table(name: str)
     a = specnsys.analyze(path)
     with specnsys.open(path) as trace:
         steps = analysis_steps(trace, a, None)
-    dist = a.step_distributions
-    assert dist is not None and dist["steps"] == steps.height
+    assert a.step_distributions is not None
+    dist = json_doc(a.step_distributions)
+    assert dist["steps"] == steps.height
     con = duckdb.connect()
     con.register("steps", steps.to_arrow())
     for phase in ("draft", "verify", "forward", "sample"):

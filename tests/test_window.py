@@ -17,6 +17,7 @@ import specnsys
 from specnsys.attribution.window import MIN_STEPS, parse_window, steady_state
 from specnsys.cli.main import main
 from specnsys.errors import BadInputError
+from specnsys.metrics.analysis import Analysis
 from specnsys.testing.builder import NsysExportBuilder
 
 STEP = 1_000  # ns of a steady decode step
@@ -57,7 +58,7 @@ def _step(b: NsysExportBuilder, t: int, length: int) -> None:
     b.mark(t + length - 1, "tokens", pid=1, tid=1, domain_id=1, payload_int=1)
 
 
-def _walls(a: specnsys.Analysis) -> dict[str, int]:
+def _walls(a: Analysis) -> dict[str, int]:
     return {k: v["wall_ns"] for k, v in a.phases.items() if v["wall_ns"]}
 
 

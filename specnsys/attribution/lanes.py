@@ -19,7 +19,7 @@ session clock. All times in the result are nanoseconds relative to the window st
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,7 +84,7 @@ class TimelineLanes:
     def window_ns(self) -> int:
         return self.window_end_ns - self.window_start_ns
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Plain JSON-able data (what :func:`specnsys.render.plots.timeline_data` takes)."""
         return {
             "pid": self.pid,
@@ -105,7 +105,8 @@ class TimelineLanes:
         }
 
 
-def _rows(trace: Trace, sql: str, prm: dict[str, Any]) -> list[tuple[Any, ...]]:
+def _rows(trace: Trace, sql: str, prm: Mapping[str, object]) -> list[tuple[Any, ...]]:
+    """The rows of a DuckDB query (untyped tuples: each caller knows its columns' types)."""
     return trace.connection.execute(sql, prm).fetchall()
 
 
@@ -182,8 +183,14 @@ def timeline_lanes(
     with attribution_context(trace, mapping, context) as shared:
         index, runtime = shared.phase_index(), shared.runtime(pid)
 
-        def ops_of(**where: Any) -> pl.DataFrame:
-            return attributed_gpu_ops(trace, index, pid=pid, details=True, runtime=runtime, **where)
+        def ops_of(
+            *, window: tuple[int, int] | None = None,
+            launched_between: tuple[int, int] | None = None,
+        ) -> pl.DataFrame:
+            return attributed_gpu_ops(
+                trace, index, pid=pid, details=True, runtime=runtime, window=window,
+                launched_between=launched_between,
+            )
 
         return _lanes(
             trace, mapping, breakdown, ops_of, step=step, start_ns=start_ns, end_ns=end_ns,

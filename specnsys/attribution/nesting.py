@@ -21,13 +21,28 @@ All of it is Polars over the driver thread's ranges that start in the window.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import polars as pl
 
 from specnsys.vocabulary import ACCELERABLE, DRAFT_ROLE, PHASES, STEP_PHASE
 
-__all__ = ["NESTING_KEYS", "nesting_facts"]
+__all__ = ["NESTING_KEYS", "NestingFacts", "nesting_facts"]
+
+
+class NestingFacts(TypedDict):
+    """The nesting facts of :func:`nesting_facts` (keys described there): the structural
+    checks and the draft-forward count read them by name, so each key has its type."""
+
+    draft_ranges: int
+    draft_leaves: int
+    draft_leaf_ns: int
+    draft_nested: bool
+    reassigned: dict[str, int]
+    verify_in_draft: int
+    draft_in_verify: int
+    non_accelerable_in_accelerable: dict[str, int]
+    decode_children: list[str]
 
 #: The keys of :func:`nesting_facts`'s dict (what a breakdown keeps as ``nesting``).
 NESTING_KEYS = (
@@ -75,7 +90,7 @@ def _counts(frame: pl.DataFrame, by: str) -> dict[str, int]:
     return {str(k): int(n) for k, n in frame.group_by(by).len().sort(by).iter_rows()}
 
 
-def nesting_facts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> dict[str, Any]:
+def nesting_facts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> NestingFacts:
     """The nesting facts (module docs) of thread *gtid*'s phase *ranges* (the frame of
     :func:`~specnsys.attribution.phase_map.phase_ranges`) starting in ``[ws, we)``:
 
@@ -90,7 +105,7 @@ def nesting_facts(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> d
       ``forward`` or ``verify`` (outside any draft);
     * ``decode_children`` -- the phases of the ranges inside ``decode`` ranges (sorted).
     """
-    empty: dict[str, Any] = {
+    empty: NestingFacts = {
         "draft_ranges": 0,
         "draft_leaves": 0,
         "draft_leaf_ns": 0,

@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import polars as pl
 
@@ -43,7 +43,7 @@ from specnsys.attribution.launch import (
     attributed_gpu_ops,
     rules_for,
 )
-from specnsys.attribution.nesting import nesting_facts
+from specnsys.attribution.nesting import NestingFacts, nesting_facts
 from specnsys.attribution.phase_map import (
     PhaseIndex,
     lookup_phase,
@@ -55,6 +55,7 @@ from specnsys.attribution.window import (
     COMPILE_RANGE_PATTERN,
     GRAPH_CAPTURE_CALL_PATTERN,
     WindowChoice,
+    WindowDropped,
     WindowSpec,
     choose_window,
     parse_window,
@@ -66,7 +67,8 @@ if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
 __all__ = [
-    "NO_WINDOW", "SEGMENT_SCHEMA", "STEP_PHASE", "WINDOW_SOURCES", "PhaseBreakdown",
+    "NO_WINDOW", "SEGMENT_SCHEMA", "STEP_PHASE", "WINDOW_SOURCES", "KernelNameRow",
+    "PhaseBreakdown",
     "exclusive_phase_times", "exclusive_segments", "step_phase",
 ]
 
@@ -82,6 +84,15 @@ def step_phase(counts: Mapping[str, int], walls: Mapping[str, int]) -> str:
 
 
 _I64 = pl.Int64
+
+
+class KernelNameRow(TypedDict):
+    """Count and clipped time (ns) of one kernel *name* in one *phase* of the window."""
+
+    phase: str
+    name: str
+    count: int
+    ns: int
 
 
 @dataclass(frozen=True)
@@ -124,7 +135,7 @@ class PhaseBreakdown:
     window_source: str | None = None
     """What set the window: a key of :data:`WINDOW_SOURCES` (None in a breakdown kept by an
     older version)."""
-    kernel_names: list[dict[str, Any]] | None = None
+    kernel_names: list[KernelNameRow] | None = None
     """Per (``phase``, kernel ``name``): ``count`` and ``ns`` (durations clipped to the
     window) of the kernels the process ran in the window, from the same attributed ops as
     the frame (what a per-phase kernel summary reads, with no second attribution pass);
@@ -132,9 +143,9 @@ class PhaseBreakdown:
     window_rule: str = "requests"
     """The ``--window`` the breakdown was made for (:mod:`.window`): ``requests`` (the
     default window), ``auto``, ``A:B`` or ``steps:N-M``."""
-    window_dropped: dict[str, Any] | None = None
+    window_dropped: WindowDropped | None = None
     """What the window rule cut from the default window (:class:`.window.WindowChoice`)."""
-    nesting: dict[str, Any] | None = None
+    nesting: NestingFacts | None = None
     """What the nesting of the driver thread's ranges in the window says: draft leaves (one
     draft forward at the finest granularity annotated), ranges a role reassigned, structural
     errors (:func:`.nesting.nesting_facts`); None in a breakdown kept by an older version."""
@@ -143,13 +154,15 @@ class PhaseBreakdown:
     def window_ns(self) -> int:
         return self.window_end_ns - self.window_start_ns
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field, the frame as a list of rows (the inverse of :meth:`from_dict`)."""
         fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "frame"}
         return {**fields, "frame": self.frame.to_dicts()}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> PhaseBreakdown:
+        """The breakdown whose :meth:`to_dict` the trace cache kept (its JSON read back: the
+        fields' own values, handed to the constructor as they were written)."""
         frame = pl.DataFrame(doc["frame"], schema=FRAME_SCHEMA, orient="row")
         return cls(**{**doc, "frame": frame})
 
@@ -193,7 +206,8 @@ NO_WINDOW = (
 
 
 
-def _one(trace: Trace, sql: str, prm: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+def _one(trace: Trace, sql: str, prm: Mapping[str, object] | None = None) -> tuple[Any, ...] | None:
+    """The first row of a DuckDB query (an untyped tuple: each caller knows its columns)."""
     rows = trace.connection.execute(sql, prm).fetchall()
     return rows[0] if rows else None
 
@@ -730,12 +744,12 @@ def exclusive_segments(
 
 def _kernel_names(
     ops: pl.DataFrame, in_window: pl.Expr, ws: int, we: int
-) -> list[dict[str, Any]]:
+) -> list[KernelNameRow]:
     """Count and clipped time of the window's kernels per (phase, name), as rows."""
     clipped = pl.min_horizontal("end", pl.lit(we, _I64)) - pl.max_horizontal(
         "start", pl.lit(ws, _I64)
     )
-    rows: list[dict[str, Any]] = (
+    frame = (
         ops.lazy()
         .filter(in_window & (pl.col("op_kind") == "kernel"))
         .group_by(
@@ -745,9 +759,11 @@ def _kernel_names(
         .agg(pl.len().cast(_I64).alias("count"), clipped.sum().cast(_I64).alias("ns"))
         .sort(["phase", "name"])
         .collect()
-        .to_dicts()
     )
-    return rows
+    return [
+        {"phase": phase, "name": name, "count": count, "ns": ns}
+        for phase, name, count, ns in frame.iter_rows()
+    ]
 
 
 def _phase_order(

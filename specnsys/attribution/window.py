@@ -26,8 +26,8 @@ the start past them. The window never grows: it is the default window's end.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 import polars as pl
 
@@ -35,9 +35,11 @@ from specnsys.errors import BadInputError
 
 __all__ = [
     "COMPILE_RANGE_PATTERN",
+    "CutSpan",
     "GRAPH_CAPTURE_CALL_PATTERN",
     "MIN_STEPS",
     "WindowChoice",
+    "WindowDropped",
     "WindowSpec",
     "choose_window",
     "parse_window",
@@ -113,6 +115,25 @@ def parse_window(text: str | WindowSpec | None) -> WindowSpec:
     )
 
 
+class CutSpan(TypedDict):
+    """One compile or graph-capture span the ``auto`` rule cut (``what`` it was, ns)."""
+
+    what: str
+    start_ns: int
+    end_ns: int
+
+
+class WindowDropped(TypedDict):
+    """What a window rule cut from the default window: ns ``before`` and ``after`` it, the
+    decode steps before it, the compile/capture spans cut, and ``why`` in words."""
+
+    before_ns: int
+    after_ns: int
+    steps_before: int
+    spans: list[CutSpan]
+    why: str
+
+
 @dataclass(frozen=True)
 class WindowChoice:
     """The window an analysis uses: ``start``/``end`` (ns), the ``rule`` asked for and what
@@ -122,13 +143,13 @@ class WindowChoice:
     start: int
     end: int
     rule: str = "requests"
-    dropped: dict[str, Any] = field(default_factory=dict)
+    dropped: WindowDropped | None = None
 
     def describe(self) -> str | None:
         """The phrase outputs print after the window (None for the default window)."""
         if self.rule == "requests":
             return None
-        why = self.dropped.get("why")
+        why = self.dropped["why"] if self.dropped else None
         return f"--window {self.rule}: {why}" if why else f"--window {self.rule}"
 
 
@@ -219,7 +240,7 @@ def _auto(
     start = int(steps["s"][first]) if first else ws
     half = ws + (we - ws) // 2
     early = spans.filter((pl.col("e") > ws) & (pl.col("e") <= half))
-    cut_spans = []
+    cut_spans: list[CutSpan] = []
     if early.height:
         past = int(early["e"].max())  # type: ignore[arg-type]
         if past > start:
@@ -245,10 +266,10 @@ def _choice(
     end: int,
     why: str,
     steps: pl.DataFrame,
-    spans: list[dict[str, Any]] | None = None,
+    spans: list[CutSpan] | None = None,
 ) -> WindowChoice:
     before = int(steps.filter(pl.col("s") < start).height) if steps.height else 0
-    dropped = {
+    dropped: WindowDropped = {
         "before_ns": start - ws,
         "after_ns": we - end,
         "steps_before": before,

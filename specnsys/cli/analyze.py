@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         # the warnings that also go to stderr (the rules note among them) are said there only,
         # so that no line appears twice on one terminal; JSON keeps all of them
         said = analysis.data_warnings
-        own = [w for w in doc["warnings"] if not any(d.endswith(f": {w}") for d in said)]
+        own = [w for w in analysis.warnings if not any(d.endswith(f": {w}") for d in said)]
         print(render_analysis_text({**doc, "warnings": own}))
     api.warn(analysis)
     return 0

@@ -10,6 +10,7 @@ from typing import IO, cast
 from specnsys import api
 from specnsys.cli.common import RULES_HELP, add_analysis_window_argument, check_output, count_arg
 from specnsys.errors import UsageError
+from specnsys.render import registry
 
 #: --max-events: at least the track names and a slice, at most what no browser could open.
 MAX_EVENTS_LIMIT = 10**9
@@ -23,8 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Chrome trace-event JSON for Perfetto UI",
     )
     p.add_argument("trace", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
-    p.add_argument("--format", choices=api.EXPORT_FORMATS, default="perfetto",
-                   help="perfetto: Chrome trace-event JSON (Perfetto UI, chrome://tracing)")  # fmt: skip
+    p.add_argument("--format", choices=[e.kind for e in registry.EXPORTS], default="perfetto",
+                   help="; ".join(f"{e.kind}: {e.help}" for e in registry.EXPORTS))  # fmt: skip
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="FILE.json, FILE.json.gz (gzip), or - for standard output")  # fmt: skip
     p.add_argument("--pid", type=int, help="process to export (default: the annotated one)")
@@ -39,11 +40,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from specnsys.small_files import write_files
 
+    suffixes = registry.export_renderer(args.format).suffixes
     out = None
     if args.output != "-":
-        out = check_output(args.output, ("json", "gz"), [args.trace])
-        if out.name.lower().endswith(".gz") and not out.name.lower().endswith(".json.gz"):
-            raise UsageError(f"{out}: the output must end in .json or .json.gz")
+        # the last suffix first (``x.gz``), then the whole one (``.json.gz``, not ``.tar.gz``)
+        out = check_output(args.output, tuple(s.rpartition(".")[2] for s in suffixes), [args.trace])
+        if not any(out.name.lower().endswith("." + s) for s in suffixes):
+            raise UsageError(f"{out}: the output must end in {' or '.join('.' + s for s in suffixes)}")
     result = api.export(args.trace, format=args.format, rules=args.rules, pid=args.pid,
                         window=args.window, max_events=args.max_events,
                         use_cache=not args.no_cache)  # fmt: skip

@@ -17,9 +17,10 @@ import os
 import signal
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, TextIO, cast
+from typing import NoReturn, TextIO, cast
 
 from specnsys.errors import (
     EXIT_BAD_INPUT,
@@ -139,13 +140,17 @@ def _note_signal(signum: int, frame: object) -> None:
     _SIGNALLED.append(signum)  # the command is already ending: a second signal only counts
 
 
+#: What ``signal.signal`` returns: a handler function, SIG_DFL/SIG_IGN, or None.
+_Handler = Callable[[int, types.FrameType | None], object] | int | None
+
+
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
     """SIGINT and SIGTERM raise an interrupt in the command for as long as it runs; signals the
     caller ignores (``nohup``, a background job) stay ignored; the caller's handlers return
     afterwards (the in-process test driver calls :func:`main` many times)."""
     _SIGNALLED.clear()
-    previous: dict[signal.Signals, Any] = {}
+    previous: dict[signal.Signals, _Handler] = {}
     try:
         for signum in _HANDLED_SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -220,7 +225,7 @@ class _GuardedStdout:
     error) becomes one :class:`StdoutError` line instead of an internal error. A closed pipe
     stays a BrokenPipeError (the reader has all it wanted: not an error of ours)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
@@ -232,7 +237,7 @@ class _GuardedStdout:
         with _stdout_errors():
             self._stream.flush()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
 
 

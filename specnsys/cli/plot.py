@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from specnsys import api
 from specnsys.cli.common import (
@@ -15,37 +17,34 @@ from specnsys.cli.common import (
     check_output,
 )
 from specnsys.errors import UsageError
+from specnsys.render import registry
+from specnsys.render.registry import figure_kinds
 
-KINDS = (
-    "phases", "amdahl", "acceptance", "sweep", "timeline", "steps", "verify-cost", "forecast",
-)
+if TYPE_CHECKING:
+    from specnsys.render.renderer import FigureSource
+
 #: The kinds that also draw a dataset written by ``specnsys collect`` (given as the one input).
-DATASET_KINDS = ("sweep", "verify-cost")
-FORMATS = ("png", "svg")
+DATASET_KINDS = figure_kinds("dataset")
+
+
+def _description() -> str:
+    """Each KIND and what it draws, from its registry entry."""
+    parts = [
+        f"{f.kind}{f' ({f.applies})' if f.applies else ''}: {f.help}" for f in registry.FIGURES
+    ]
+    return "; ".join(parts) + "."
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plot",
-        help="draw a figure (phases, amdahl, acceptance, sweep, timeline, steps, verify-cost, "
-        "forecast) as PNG or SVG",
-        description=(
-            "phases: one bar per trace; amdahl: speedup vs r for the baseline's p (with the "
-            "operating point when a baseline and a speculative trace are given; for a generic "
-            "run one curve per largest phase, p = its share); acceptance: "
-            "the first speculative trace; sweep: each speculative trace against the nearest "
-            "baseline before it, or, given a dataset (specnsys collect), the measured speedup over k x "
-            "concurrency; timeline: one decode step of one trace; steps: each trace's per-phase "
-            "time per decode step and time per output token as p50/p90/p99/max (the tails, "
-            "baseline beside speculative); verify-cost (a dataset): "
-            "verify step time against (k + 1) x batch with the fitted line; forecast (traces or "
-            "a dataset): the predicted speedup against k per concurrency, measured points "
-            "overlaid."
-        ),
+        help=f"draw a figure ({', '.join(figure_kinds())}) as PNG or SVG",
+        description=_description(),
     )
-    p.add_argument("kind", choices=KINDS, help="which figure")
+    p.add_argument("kind", choices=figure_kinds(), help="which figure")
     p.add_argument("traces", nargs="+", metavar="TRACE",
-                   help="nsys .sqlite exports (sweep, verify-cost: or one collect dataset)")  # fmt: skip
+                   help=f"nsys .sqlite exports ({', '.join(DATASET_KINDS)}: or one collect "
+                   "dataset)")  # fmt: skip
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output file; .png or .svg picks the format")  # fmt: skip
     p.add_argument("--data", metavar="FILE.json",
@@ -55,23 +54,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_window_argument(p)
     add_rules_argument(p)
     p.add_argument("--pid", type=int, help="process to analyze (default: the annotated one)")
-    add_tokens_argument(p, order="in the order of the traces", applies_to="phases, amdahl, sweep: ")
-    add_same_output_argument(p, applies_to="amdahl, sweep: ")
+    add_tokens_argument(p, order="in the order of the traces",
+                        applies_to=f"{', '.join(api.TOKEN_FIGURES)}: ")  # fmt: skip
+    add_same_output_argument(p, applies_to=f"{', '.join(api.SAME_OUTPUT_FIGURES)}: ")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from specnsys.small_files import write_files
 
-    out = check_output(args.output, FORMATS, args.traces)
+    out = check_output(args.output, registry.FIGURE_SUFFIXES, args.traces)
     data_out = check_output(args.data, ("json",), args.traces) if args.data else None
     if data_out is not None and os.path.realpath(data_out) == os.path.realpath(out):
         raise UsageError(f"{out}: -o and --data name the same file")
-    if (args.step is not None or args.window is not None) and args.kind != "timeline":
+    sources = registry.figure_renderer(args.kind).sources
+    if (args.step is not None or args.window is not None) and "lanes" not in sources:
         raise UsageError("--step and --window only apply to the timeline")
     if args.step is not None and args.window is not None:
         raise UsageError("give --step or --window, not both")
-    fig = _forecast_figure(args) if args.kind == "forecast" else _dataset_figure(args)
+    fig = _forecast_figure(args) if "forecast" in sources else _dataset_figure(args)
     if fig is None:
         fig = api.figure(args.kind, *args.traces, rules=args.rules, pid=args.pid, step=args.step,
                          window_ms=args.window, tokens=args.tokens, same_output=args.same_output,
@@ -100,7 +101,7 @@ def _forecast_figure(args: argparse.Namespace) -> api.Figure:
         raise UsageError(f"{', '.join(given)}: not for the forecast figure")
     result = forecast(*args.traces, rules=args.rules, use_cache=not args.no_cache)
     assert isinstance(result, Forecast)
-    data = plots.forecast_data(to_dict(result))
+    data = _from_doc("forecast", "forecast", to_dict(result))
     plots.require_drawable(data)
     return api.Figure("forecast", data, result.data_warnings)
 
@@ -129,8 +130,16 @@ def _dataset_figure(args: argparse.Namespace) -> api.Figure | None:
     from specnsys.runset.sweep import sweep, verify_cost_points
 
     if args.kind == "sweep":
-        data = plots.sweep_grid_data(sweep(args.traces[0]).to_dict())
+        doc = sweep(args.traces[0]).to_dict()
     else:
-        data = plots.verify_cost_data(verify_cost_points(args.traces[0]))
+        doc = verify_cost_points(args.traces[0])
+    data = _from_doc(args.kind, "dataset", doc)
     plots.require_drawable(data)
     return api.Figure(str(data["kind"]), data)
+
+
+def _from_doc(kind: str, source: FigureSource, doc: Mapping[str, object]) -> dict[str, object]:
+    """The figure data of the plot KIND *kind* drawn from the result document *doc*."""
+    entry = registry.figure_renderer(kind, source)
+    assert entry.from_doc is not None, f"{kind} is drawn from a {source}"
+    return dict(entry.from_doc()(doc))

@@ -14,12 +14,13 @@ from specnsys.cli.common import (
     window_arg,
 )
 from specnsys.errors import UsageError
+from specnsys.render import registry
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "report",
-        help="self-contained HTML report: the answer, figures, what to cut first, tables",
+        help=registry.report_renderer("html").help,
     )
     p.add_argument("trace", help="nsys .sqlite export (the speculative run, or any run)")
     p.add_argument("baseline", nargs="?", help="the baseline run to compare it with (or, for "
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from specnsys.small_files import write_files
 
     inputs = [args.trace] + ([args.baseline] if args.baseline else [])
-    out = check_output(args.output, ("html", "htm"), inputs)
+    out = check_output(args.output, registry.report_renderer("html").suffixes, inputs)
     if args.step is not None and args.timeline is not None:
         raise UsageError("give --step or --timeline, not both")
     result = api.report(args.trace, args.baseline, rules=args.rules, pid=args.pid,

@@ -153,9 +153,9 @@ def trace_fit(
         pl.lit(float(forwards if forwards is not None else k)).alias("forwards"),
         _context(steps, requests),
     )
-    acc = analysis.acceptance or {}
-    by_position = [float(a) for a in acc.get("by_position") or []]
-    reached = int(acc.get("sequence_steps") or 0)
+    acc = analysis.acceptance
+    by_position = [float(a) for a in (acc.get("by_position") or [] if acc else [])]
+    reached = int((acc.get("sequence_steps") or 0) if acc else 0)
     run = FitRun(
         run_id=run_id,
         source=path,

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeGuard
 
 from specnsys.errors import UsageError
 from specnsys.inject.paths import PathError, ValuePath, parse_path
@@ -127,7 +128,7 @@ class ObjectRule:
     factory: Target
     call: int | None  # 1-based: the n-th call of the factory
     where: ValuePath | None  # with ``equals``: calls whose value at ``where`` equals it
-    equals: Any
+    equals: object  # a TOML string, number or boolean
     obj: ValuePath  # the object within the call (default: ``return``)
 
     @property
@@ -179,7 +180,7 @@ def load_config(path: str | Path) -> Config:
     return parse_config(data, path)
 
 
-def parse_config(data: dict[str, Any], path: Path) -> Config:
+def parse_config(data: Mapping[str, object], path: Path) -> Config:
     """Check the parsed TOML *data* of the file *path* and build the :class:`Config`."""
     label = str(path)
     unknown = sorted(set(data) - _TOP_KEYS)
@@ -241,7 +242,7 @@ def _check_shared_targets(label: str, hooks: tuple[Hook, ...]) -> None:
             )
 
 
-def _target(label: str, entry: str, text: Any, objects: set[str] | None) -> Target:
+def _target(label: str, entry: str, text: object, objects: set[str] | None) -> Target:
     """``module:qualname``; with *objects*, also ``NAME.method`` of a named object."""
     if not isinstance(text, str) or not text.strip():
         raise AnnotationError(f"{label}: {entry}: the target must be a non-empty string")
@@ -278,14 +279,14 @@ def _target(label: str, entry: str, text: Any, objects: set[str] | None) -> Targ
     return Target(text, None, method, obj)
 
 
-def _path(label: str, entry: str, key: str, text: Any) -> ValuePath:
+def _path(label: str, entry: str, key: str, text: object) -> ValuePath:
     try:
         return parse_path(text)
     except PathError as exc:
         raise AnnotationError(f"{label}: {entry}: {key}: {exc}") from None
 
 
-def _hook(label: str, index: int, body: dict[str, Any], objects: set[str]) -> Hook:
+def _hook(label: str, index: int, body: Mapping[str, object], objects: set[str]) -> Hook:
     on = body.get("on")
     entry = f"hook {index}" + (f" (on = {on!r})" if isinstance(on, str) else "")
     unknown = sorted(set(body) - _HOOK_KEYS)
@@ -298,7 +299,7 @@ def _hook(label: str, index: int, body: dict[str, Any], objects: set[str]) -> Ho
         raise AnnotationError(f"{label}: {entry}: missing 'on' (the function or method to hook)")
     target = _target(label, entry, on, objects)
     phase = body.get("phase")
-    if phase is not None and phase not in PHASES:
+    if phase is not None and (not isinstance(phase, str) or phase not in PHASES):
         raise AnnotationError(
             f"{label}: {entry}: unknown phase {phase!r} (expected one of {', '.join(PHASES)})"
         )
@@ -328,11 +329,13 @@ def _hook(label: str, index: int, body: dict[str, Any], objects: set[str]) -> Ho
             f"{label}: {entry}: give a 'phase', 'after' or a mark (tokens, accepted, "
             "first_token...)"
         )
-    return Hook(entry, target, phase, **paths, count_output_tokens=count_output,  # type: ignore[arg-type]
+    return Hook(entry, target, phase, **paths, count_output_tokens=count_output,
                 **extra)
 
 
-def _targets(label: str, entry: str, key: str, value: Any, objects: set[str]) -> tuple[Target, ...]:
+def _targets(
+    label: str, entry: str, key: str, value: object, objects: set[str]
+) -> tuple[Target, ...]:
     """``inside``/``outside``/``until``: one target or a list of them."""
     items = value if isinstance(value, list) else [value]
     if not items:
@@ -340,51 +343,74 @@ def _targets(label: str, entry: str, key: str, value: Any, objects: set[str]) ->
     return tuple(_target(label, f"{entry}: {key}", item, objects) for item in items)
 
 
-def _flag(label: str, entry: str, body: dict[str, Any], key: str) -> bool:
+def _flag(label: str, entry: str, body: Mapping[str, object], key: str) -> bool:
     value = body.get(key, False)
     if not isinstance(value, bool):
         raise AnnotationError(f"{label}: {entry}: {key} must be true or false")
     return value
 
 
-def _calls(label: str, entry: str, body: dict[str, Any]) -> tuple[int, int | None] | None:
-    """``calls = N`` (only the n-th), ``calls = [FIRST, LAST]`` (inclusive), ``skip = N``."""
-    def count(value: Any, least: int) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= least
+def _count(value: object, least: int) -> TypeGuard[int]:
+    """Whether *value* is an integer (not a boolean) of at least *least*."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
+
+def _calls(label: str, entry: str, body: Mapping[str, object]) -> tuple[int, int | None] | None:
+    """``calls = N`` (only the n-th), ``calls = [FIRST, LAST]`` (inclusive), ``skip = N``."""
     if "calls" in body and "skip" in body:
         raise AnnotationError(f"{label}: {entry}: give 'calls' or 'skip', not both")
     if "skip" in body:
-        if not count(body["skip"], 0):
+        skip = body["skip"]
+        if not _count(skip, 0):
             raise AnnotationError(f"{label}: {entry}: skip must be an integer >= 0")
-        return (body["skip"] + 1, None) if body["skip"] else None
+        return (skip + 1, None) if skip else None
     if "calls" not in body:
         return None
     calls = body["calls"]
-    if count(calls, 1):
+    if _count(calls, 1):
         return (calls, calls)
-    if (isinstance(calls, list) and len(calls) == 2 and count(calls[0], 1)
-            and count(calls[1], 1) and calls[0] <= calls[1]):
-        return (calls[0], calls[1])
+    if isinstance(calls, list) and len(calls) == 2:
+        first, last = calls
+        if _count(first, 1) and _count(last, 1) and first <= last:
+            return (first, last)
     raise AnnotationError(
         f"{label}: {entry}: calls must be an integer >= 1 (that call) or [FIRST, LAST] "
         "(1-based, inclusive)"
     )
 
 
+class _Conditions(TypedDict, total=False):
+    """The :class:`Hook` fields :func:`_conditions` reads (those the file gives)."""
+
+    inside: tuple[Target, ...]
+    outside: tuple[Target, ...]
+    until: tuple[Target, ...]
+    calls: tuple[int, int | None] | None
+    when: ValuePath
+    after: str | None
+    first_token: bool
+    optional: bool
+    subclasses: bool
+
+
 def _conditions(
-    label: str, entry: str, body: dict[str, Any], target: Target, objects: set[str]
-) -> dict[str, Any]:
+    label: str, entry: str, body: Mapping[str, object], target: Target, objects: set[str]
+) -> _Conditions:
     """The keys that say when an entry applies and what it gives beside its phase."""
-    out: dict[str, Any] = {
-        key: _targets(label, entry, key, body[key], objects)
-        for key in ("inside", "outside", "until") if key in body
-    }
+    out: _Conditions = {}
+    if "inside" in body:
+        out["inside"] = _targets(label, entry, "inside", body["inside"], objects)
+    if "outside" in body:
+        out["outside"] = _targets(label, entry, "outside", body["outside"], objects)
+    if "until" in body:
+        out["until"] = _targets(label, entry, "until", body["until"], objects)
     out["calls"] = _calls(label, entry, body)
     if "when" in body:
         out["when"] = _path(label, entry, "when", body["when"])
     after = body.get("after")
-    if after is not None and (after not in PHASES or after == REQUEST_PHASE):
+    if after is not None and (
+        not isinstance(after, str) or after not in PHASES or after == REQUEST_PHASE
+    ):
         raise AnnotationError(
             f"{label}: {entry}: after: unknown phase {after!r} (a push/pop phase: "
             f"{', '.join(p for p in PHASES if p != REQUEST_PHASE)})"
@@ -394,8 +420,9 @@ def _conditions(
         raise AnnotationError(f"{label}: {entry}: 'until' ends an 'after' range: give 'after'")
     if after is not None and "until" not in body:
         out["until"] = (target,)
-    for key in ("first_token", "optional", "subclasses"):
-        out[key] = _flag(label, entry, body, key)
+    out["first_token"] = _flag(label, entry, body, "first_token")
+    out["optional"] = _flag(label, entry, body, "optional")
+    out["subclasses"] = _flag(label, entry, body, "subclasses")
     if out["subclasses"] and (target.module is None or "." not in target.qualname):
         raise AnnotationError(
             f"{label}: {entry}: subclasses = true needs a method of a class "
@@ -404,7 +431,7 @@ def _conditions(
     return out
 
 
-def _object(label: str, name: str, body: Any) -> ObjectRule:
+def _object(label: str, name: str, body: object) -> ObjectRule:
     entry = f"objects.{name}"
     if not _NAME.fullmatch(name):
         raise AnnotationError(f"{label}: {entry}: an object name is a Python identifier")

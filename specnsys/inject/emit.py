@@ -13,7 +13,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import IO, Any
+from typing import IO
 
 from specnsys import annotate
 
@@ -23,7 +23,7 @@ __all__ = ["Emitter", "LogEmitter"]
 class Emitter:
     """Ranges and marks through :mod:`specnsys.annotate` (no-ops when no collector attached)."""
 
-    def phase(self, name: str) -> AbstractContextManager[Any]:
+    def phase(self, name: str) -> AbstractContextManager[object]:
         return annotate.phase(name)
 
     def acceptance(self, proposed: int, accepted: int) -> None:
@@ -35,10 +35,10 @@ class Emitter:
     def first_token(self, request_id: int) -> None:
         annotate.mark_first_token(request_id)
 
-    def start_request(self, request_id: int) -> Any:
+    def start_request(self, request_id: int) -> annotate.RequestHandle:
         return annotate.start_request(request_id)
 
-    def end_request(self, handle: Any, output_tokens: int | None) -> None:
+    def end_request(self, handle: annotate.RequestHandle, output_tokens: int | None) -> None:
         annotate.end_request(handle, output_tokens)
 
 
@@ -64,7 +64,7 @@ class LogEmitter(Emitter):
         finally:
             self._write(f"pop {name}")
 
-    def phase(self, name: str) -> AbstractContextManager[Any]:
+    def phase(self, name: str) -> AbstractContextManager[object]:
         return self._logged(name)
 
     def acceptance(self, proposed: int, accepted: int) -> None:
@@ -80,12 +80,12 @@ class LogEmitter(Emitter):
         super().first_token(request_id)
         self._write(f"mark first_token {request_id}")
 
-    def start_request(self, request_id: int) -> Any:
+    def start_request(self, request_id: int) -> annotate.RequestHandle:
         handle = super().start_request(request_id)
         self._write(f"start request {request_id}")
         return handle
 
-    def end_request(self, handle: Any, output_tokens: int | None) -> None:
+    def end_request(self, handle: annotate.RequestHandle, output_tokens: int | None) -> None:
         super().end_request(handle, output_tokens)
         suffix = "" if output_tokens is None else f" output_tokens {output_tokens}"
         self._write(f"end request {handle.request_id}{suffix}")

@@ -25,16 +25,20 @@ import operator
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Protocol, SupportsIndex
 
 from specnsys.inject.config import Hook, ObjectRule, Target
 from specnsys.inject.emit import Emitter
 from specnsys.inject.paths import ArgumentLayout, Arguments, ValuePath
 
+if TYPE_CHECKING:
+    from specnsys.annotate import RequestHandle
+
 __all__ = ["Reporter", "Runtime", "make_wrapper"]
 
-_NO_RESULT: Any = object()
+_NO_RESULT = object()
 Key = tuple[str, str]
 
 
@@ -61,21 +65,21 @@ class Reporter:
 class ObjectSink(Protocol):
     """Receives the objects a factory call selected (the injection hooks their methods)."""
 
-    def attach(self, rule: ObjectRule, obj: Any) -> None: ...
+    def attach(self, rule: ObjectRule, obj: object) -> None: ...
 
 
 @dataclass
 class _Open:
     """A range the injection pushed on this thread: a call's own, or an ``after`` range."""
 
-    ctx: Any  # the context manager whose __exit__ pops it
+    ctx: AbstractContextManager[object]  # the context manager whose __exit__ pops it
     after: bool = False
     until: frozenset[Key] = frozenset()
 
 
 @dataclass
 class _Request:
-    handle: Any
+    handle: RequestHandle
     tokens: int = 0  # tokens marks emitted while it was the innermost open request
     first_token: bool = False  # its first_token mark was emitted
 
@@ -145,7 +149,7 @@ class Runtime:
         first, last = hook.calls
         return n >= first and (last is None or n <= last)
 
-    def _true(self, hook: Hook, call: Arguments, result: Any, where: str) -> bool:
+    def _true(self, hook: Hook, call: Arguments, result: object, where: str) -> bool:
         assert hook.when is not None
         value = read(hook.when, call, result, self.reporter, hook.entry, where, "when")
         try:
@@ -158,7 +162,7 @@ class Runtime:
             )
             return False
 
-    def gives_after_call(self, hook: Hook, call: Arguments, result: Any, where: str) -> bool:
+    def gives_after_call(self, hook: Hook, call: Arguments, result: object, where: str) -> bool:
         """Whether the marks and ``after`` range of *hook* are given for this finished call."""
         if hook.when is None or hook.when_at_entry:
             return True
@@ -207,9 +211,9 @@ class Runtime:
 
 
 def read(
-    path: ValuePath, call: Arguments, result: Any, reporter: Reporter, entry: str, where: str,
+    path: ValuePath, call: Arguments, result: object, reporter: Reporter, entry: str, where: str,
     what: str,
-) -> Any:
+) -> object:
     """The value at *path*, or ``_NO_RESULT`` after a warning when it does not resolve."""
     try:
         return path.get(call, result)
@@ -223,14 +227,14 @@ def read(
 
 
 def make_wrapper(
-    func: Callable[..., Any],
+    func: Callable[..., object],
     key: Key,
     hooks: Sequence[Hook],
     rules: Sequence[ObjectRule],
     runtime: Runtime,
     *,
     where: str,
-) -> Callable[..., Any]:
+) -> Callable[..., object]:
     """Wrap *func* (the callable *key*, named *where* in messages) for *hooks* (tried in order
     at each call) and the object *rules* of which it is the factory."""
     layout = ArgumentLayout.of(func)
@@ -244,7 +248,7 @@ def make_wrapper(
     state = runtime.thread
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         runtime.close_until(key)
         call = Arguments(args, kwargs, layout)
         hook = runtime.choose(key, hooks, call, where) if hooks else None
@@ -296,14 +300,23 @@ def make_wrapper(
     return wrapper
 
 
-def _ints(value: Any) -> list[int]:
+def _index(value: object) -> int:
+    """``operator.index(value)``: TypeError for a value that is not an integer."""
+    if type(value) is int:  # the common case, before the slower protocol check
+        return value
+    if isinstance(value, SupportsIndex):
+        return operator.index(value)
+    raise TypeError(f"{type(value).__name__!r} object cannot be interpreted as an integer")
+
+
+def _ints(value: object) -> list[int]:
     """An int, or a sequence of ints (list, tuple, or anything with ``tolist()``: a tensor or an
     array), as a list; raises TypeError for anything else."""
     if hasattr(value, "tolist") and not isinstance(value, (int, list, tuple)):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
-        return [operator.index(v) for v in value]
-    return [operator.index(value)]
+        return [_index(v) for v in value]
+    return [_index(value)]
 
 
 class _MarkReader:
@@ -313,7 +326,7 @@ class _MarkReader:
         self.hook, self.runtime, self.where = hook, runtime, where
         self.reporter, self.emitter = runtime.reporter, runtime.emitter
 
-    def _values(self, what: str, path: ValuePath, call: Arguments, result: Any) -> list[int]:
+    def _values(self, what: str, path: ValuePath, call: Arguments, result: object) -> list[int]:
         value = read(path, call, result, self.reporter, self.hook.entry, self.where, what)
         if value is _NO_RESULT:
             return []
@@ -327,7 +340,7 @@ class _MarkReader:
             )
             return []
 
-    def emit(self, call: Arguments, result: Any) -> None:
+    def emit(self, call: Arguments, result: object) -> None:
         hook = self.hook
         if hook.proposed is not None and hook.accepted is not None:
             accepted = self._values("accepted", hook.accepted, call, result)
@@ -380,7 +393,7 @@ class _RequestIds:
             "request_id",
         )
         try:
-            return operator.index(value)
+            return _index(value)
         except TypeError:
             if value is not _NO_RESULT:
                 self.reporter.warn_once(
@@ -390,7 +403,7 @@ class _RequestIds:
                 )
             return number
 
-    def output_tokens(self, call: Arguments, result: Any) -> int | None:
+    def output_tokens(self, call: Arguments, result: object) -> int | None:
         path = self.hook.output_tokens
         if path is None or result is _NO_RESULT:
             return None
@@ -430,14 +443,14 @@ class _Factory:
                 self._select(rule, call, _NO_RESULT, number)
         return number
 
-    def leave(self, call: Arguments, result: Any, number: int) -> None:
+    def leave(self, call: Arguments, result: object, number: int) -> None:
         if result is _NO_RESULT:
             return
         for rule in self.rules:
             if not rule.at_entry:
                 self._select(rule, call, result, number)
 
-    def _select(self, rule: ObjectRule, call: Arguments, result: Any, number: int) -> None:
+    def _select(self, rule: ObjectRule, call: Arguments, result: object, number: int) -> None:
         if rule.call is not None and rule.call != number:
             return
         if rule.where is not None:

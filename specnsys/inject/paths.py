@@ -41,13 +41,13 @@ _RETURN = "_sn_return"
 _ARG = "_sn_arg_"  # + name
 _ARG_POS = "_sn_pos_"  # + index
 #: The functions an expression may call, by name.
-FUNCTIONS: dict[str, Callable[..., Any]] = {"len": len, "sum": sum, "min": min, "max": max,
-                                            "abs": abs}
-_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+FUNCTIONS: dict[str, Callable[..., object]] = {"len": len, "sum": sum, "min": min, "max": max,
+                                               "abs": abs}
+_BINARY: dict[type[ast.operator], Callable[[object, object], object]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
 }
-_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], object]] = {  # the objects of _evaluate
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
     ast.Gt: operator.gt, ast.GtE: operator.ge,
 }
@@ -69,7 +69,7 @@ class ValuePath:
     #: a plain path (a root and attribute/item steps): it names an object, not a computed value
     plain: bool = True
 
-    def get(self, args: Arguments, result: Any = None) -> Any:
+    def get(self, args: Arguments, result: object = None) -> object:
         """The value in a finished call; raises LookupError, AttributeError, TypeError,
         IndexError, KeyError or ValueError (the caller reports them) when it does not resolve."""
         return _evaluate(self.tree, args, result)
@@ -85,13 +85,13 @@ class Arguments:
     __slots__ = ("args", "kwargs", "_layout")
 
     def __init__(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], layout: ArgumentLayout
+        self, args: Sequence[object], kwargs: Mapping[str, object], layout: ArgumentLayout
     ) -> None:
         self.args = args
         self.kwargs = kwargs
         self._layout = layout
 
-    def get(self, key: str | int | None) -> Any:
+    def get(self, key: str | int | None) -> object:
         if isinstance(key, int):
             return self.args[key]
         assert key is not None
@@ -110,16 +110,16 @@ class ArgumentLayout:
     """Where each named parameter of a function sits among the positional arguments."""
 
     positions: Mapping[str, int]
-    defaults: Mapping[str, Any]
+    defaults: Mapping[str, object]
 
     @classmethod
-    def of(cls, func: Callable[..., Any]) -> ArgumentLayout:
+    def of(cls, func: Callable[..., object]) -> ArgumentLayout:
         try:
             signature = inspect.signature(func)
         except (TypeError, ValueError):  # builtins without a signature: keywords and indexes
             return cls({}, {})
         positions: dict[str, int] = {}
-        defaults: dict[str, Any] = {}
+        defaults: dict[str, object] = {}
         for index, param in enumerate(signature.parameters.values()):
             if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
                 positions[param.name] = index
@@ -131,7 +131,7 @@ class ArgumentLayout:
 # --- parsing ---------------------------------------------------------------------------------
 
 
-def parse_path(text: str) -> ValuePath:
+def parse_path(text: object) -> ValuePath:
     """Parse and check *text* (see the module docstring); raises :class:`PathError`."""
     if not isinstance(text, str):
         raise PathError(f"a path is a string, not {type(text).__name__}")
@@ -287,7 +287,7 @@ def _is_plain(node: ast.expr) -> bool:
 # --- evaluation ------------------------------------------------------------------------------
 
 
-def _number(value: Any) -> Any:
+def _number(value: object) -> object:
     """Arithmetic operands: numbers, and arrays/tensors (what a loop's counts are), not text or
     containers (``'x' * n`` would build a string of any size)."""
     if isinstance(value, (str, bytes, bytearray, list, tuple, dict, set)):
@@ -295,8 +295,12 @@ def _number(value: Any) -> Any:
     return value
 
 
-def _evaluate(node: ast.expr, args: Arguments, result: Any) -> Any:
-    """Walk a checked tree (see :class:`_Checker` for the nodes that can occur)."""
+def _evaluate(node: ast.expr, args: Arguments, result: object) -> Any:
+    """Walk a checked tree (see :class:`_Checker` for the nodes that can occur).
+
+    The values are the profiled program's own objects (tensors, arrays, its classes), read,
+    indexed, compared and negated by whatever methods they have: their type is not known
+    before they run, so the result is left dynamic here (the callers get an ``object``)."""
     if isinstance(node, ast.Name):
         if node.id == _RETURN:
             return result
@@ -321,7 +325,10 @@ def _evaluate(node: ast.expr, args: Arguments, result: Any) -> Any:
         return _BINARY[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp):
         value = _evaluate(node.operand, args, result)
-        return operator.neg(_number(value)) if isinstance(node.op, ast.USub) else not value
+        if isinstance(node.op, ast.USub):
+            _number(value)  # numbers and arrays only
+            return operator.neg(value)
+        return not value
     if isinstance(node, ast.Compare):
         left = _evaluate(node.left, args, result)
         for op, right_node in zip(node.ops, node.comparators, strict=True):
@@ -331,7 +338,7 @@ def _evaluate(node: ast.expr, args: Arguments, result: Any) -> Any:
             left = right
         return True
     if isinstance(node, ast.BoolOp):
-        last: Any = None
+        last: object = None
         for part in node.values:
             last = _evaluate(part, args, result)
             if isinstance(node.op, ast.And) != bool(last):

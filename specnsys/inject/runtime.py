@@ -30,13 +30,19 @@ import threading
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specnsys import annotate
 from specnsys.inject import AUTO_ENV, CONFIG_ENV
 from specnsys.inject.config import Config, Hook, ObjectRule, Target, load_config
 from specnsys.inject.emit import Emitter, LogEmitter
 from specnsys.inject.hooks import Reporter, Runtime, make_wrapper
+
+if TYPE_CHECKING:
+    from _typeshed import TraceFunction
+
+#: What a wrapper factory turns a callable into (its wrapper).
+Wrapping = Callable[[Callable[..., object]], Callable[..., object]]
 
 __all__ = ["CONFIG_ENV", "DEPTH_ENV", "LOG_ENV", "Injection", "install", "install_from_env"]
 
@@ -130,7 +136,7 @@ class Injection:
             return all(s.done or s.why for s in self.sites.get(name, []))
 
     def _apply(self, site: _Site, module: types.ModuleType, final: bool) -> None:
-        owner: Any = module
+        owner: object = module
         parts = site.target.qualname.split(".")
         for depth, part in enumerate(parts[:-1]):
             try:
@@ -155,14 +161,14 @@ class Injection:
             self._follow_subclasses(site, owner, attr)
         site.done = True
 
-    def _wrapper_for(self, site: _Site) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def _wrapper_for(self, site: _Site) -> Wrapping:
         return self._wrapping(site.target.key, site.hooks, site.rules, site.target.text)
 
     def _wrapping(
         self, key: tuple[str, str], hooks: Sequence[Hook], rules: Sequence[ObjectRule],
         where: str,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+    ) -> Wrapping:
+        def wrap(func: Callable[..., object]) -> Callable[..., object]:
             wrapper = make_wrapper(func, key, hooks, rules, self.runtime, where=where)
             wrapper.__specnsys_injection__ = self  # type: ignore[attr-defined]
             return wrapper
@@ -179,7 +185,7 @@ class Injection:
         original = base.__dict__.get("__init_subclass__")  # a classmethod, or inherited
         injection = self
 
-        def init_subclass(cls: Any, /, **kwargs: Any) -> None:
+        def init_subclass(cls: type, /, **kwargs: object) -> None:
             if original is not None:
                 original.__get__(None, cls)(**kwargs)
             else:
@@ -203,7 +209,7 @@ class Injection:
 
     # --- objects ----------------------------------------------------------------------------
 
-    def attach(self, rule: ObjectRule, obj: Any) -> None:
+    def attach(self, rule: ObjectRule, obj: object) -> None:
         """Hook the methods named ``NAME.method`` on *obj*, the object *rule* selected (once:
         an object selected again keeps the wrappers it has)."""
         self.selected.add(rule.entry)
@@ -318,7 +324,7 @@ def _all_subclasses(base: type) -> list[type]:
 class _PatchingLoader(importlib.abc.Loader):
     """The real loader of a named module, then the injection's patches of it."""
 
-    def __init__(self, loader: Any, name: str, done: Callable[..., bool]) -> None:
+    def __init__(self, loader: importlib.abc.Loader, name: str, done: Callable[..., bool]) -> None:
         self._loader, self._name, self._done = loader, name, done
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
@@ -329,7 +335,7 @@ class _PatchingLoader(importlib.abc.Loader):
         self._loader.exec_module(module)
         self._done(self._name, module)
 
-    def __getattr__(self, name: str) -> Any:  # get_source, is_package, resource readers...
+    def __getattr__(self, name: str) -> object:  # get_source, is_package, resource readers...
         return getattr(self._loader, name)
 
 
@@ -391,8 +397,9 @@ class _MainFollower:
     def __init__(self, injection: Injection, main: types.ModuleType) -> None:
         self.injection, self.main, self.main_dict = injection, main, vars(main)
         self.frame: types.FrameType | None = None
-        self.original_import: Callable[..., Any] = builtins.__import__
-        self.hook: Callable[..., Any] = self.quiet_import  # one bound method, to compare by is
+        self.original_import: Callable[..., types.ModuleType] = builtins.__import__
+        # one bound method, to compare by is
+        self.hook: Callable[..., types.ModuleType] = self.quiet_import
 
     def start(self) -> None:
         sys.settrace(self.calls)
@@ -405,7 +412,7 @@ class _MainFollower:
         if builtins.__import__ is self.hook:  # unless the program replaced it since
             builtins.__import__ = self.original_import
 
-    def calls(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+    def calls(self, frame: types.FrameType, event: str, arg: object) -> TraceFunction | None:
         """Global trace function until the script's module frame starts."""
         if frame.f_globals is not self.main_dict or frame.f_code.co_name != "<module>":
             return None
@@ -423,7 +430,7 @@ class _MainFollower:
         builtins.__import__ = self.hook
         return self.lines
 
-    def lines(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+    def lines(self, frame: types.FrameType, event: str, arg: object) -> TraceFunction | None:
         """Local trace function of the script's module frame: patch what each line bound."""
         if self.injection.apply_module(MAIN, self.main, final=event == "return"):
             self.stop()
@@ -432,7 +439,7 @@ class _MainFollower:
             self.stop()
         return self.lines
 
-    def quiet_import(self, *args: Any, **kwargs: Any) -> Any:
+    def quiet_import(self, *args: object, **kwargs: object) -> types.ModuleType:
         """``__import__`` with tracing off (an import binds no name the script defines)."""
         original = self.original_import
         if self.frame is None or sys._getframe(1) is not self.frame:

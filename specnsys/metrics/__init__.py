@@ -11,7 +11,7 @@ The formulas (:mod:`.amdahl`) import nothing heavy; the trace analyses load on f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specnsys.metrics.amdahl import (
     amdahl_ceiling,
@@ -56,7 +56,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         import importlib
 

@@ -19,11 +19,14 @@ work (a warning says so when both counted tokens and the counts differ).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from specnsys.metrics.analysis import Analysis
 
-__all__ = ["MOVE_THRESHOLD", "ABComparison", "ab_compare", "ab_compare_many"]
+__all__ = [
+    "MOVE_THRESHOLD", "ABComparison", "Change", "Moved", "PhaseDiff", "ab_compare",
+    "ab_compare_many",
+]
 
 MOVE_THRESHOLD = 0.02
 """A phase "moved" when its change is at least 2% of run A's window: smaller changes move the
@@ -36,7 +39,40 @@ def _pct(delta: int, base: int) -> float | None:
     return delta / base if base else None
 
 
-def _change(a: int, b: int) -> dict[str, Any]:
+class Change(TypedDict):
+    """A figure of run *a* and of run *b*, and how far *b* moved from *a*."""
+
+    a: int
+    b: int
+    delta_ns: int
+    delta_pct: float | None
+
+
+class PhaseDiff(TypedDict):
+    """One phase of the A/B diff: walls, shares and the change (of *a*'s time and window)."""
+
+    a_wall_ns: int
+    b_wall_ns: int
+    a_share: float
+    b_share: float
+    delta_ns: int
+    delta_pct: float | None
+    delta_of_window: float | None
+    a_gpu_busy_ns: int | None
+    b_gpu_busy_ns: int | None
+    gpu_busy_delta_ns: int | None
+
+
+class Moved(TypedDict):
+    """A phase that moved by at least :data:`MOVE_THRESHOLD` of *a*'s window."""
+
+    phase: str
+    delta_ns: int
+    delta_pct: float | None
+    delta_of_window: float | None
+
+
+def _change(a: int, b: int) -> Change:
     return {"a": a, "b": b, "delta_ns": b - a, "delta_pct": _pct(b - a, a)}
 
 
@@ -46,8 +82,8 @@ class ABComparison:
 
     a: Analysis
     b: Analysis
-    phases: dict[str, dict[str, Any]]
-    moved: list[dict[str, Any]]
+    phases: dict[str, PhaseDiff]
+    moved: list[Moved]
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -55,7 +91,7 @@ class ABComparison:
     def moved_phase(self) -> str | None:
         return str(self.moved[0]["phase"]) if self.moved else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         a, b = self.a, self.b
         gpu = (
             _change(_gpu_busy(a), _gpu_busy(b)) if a.gpu_time and b.gpu_time else None
@@ -81,7 +117,7 @@ class ABComparison:
 
 
 def _gpu_busy(x: Analysis) -> int:
-    return int((x.gpu_time or {}).get("busy_ns") or 0)
+    return int(x.gpu_time["busy_ns"] or 0) if x.gpu_time else 0
 
 
 def ab_compare(a: Analysis, b: Analysis) -> ABComparison:
@@ -98,12 +134,12 @@ def ab_compare(a: Analysis, b: Analysis) -> ABComparison:
     if a.rules != b.rules:
         warnings.append(f"the runs' phases come from different rules ({a.rules} vs {b.rules})")
     window_a = a.window_ns
-    table: dict[str, dict[str, Any]] = {}
+    table: dict[str, PhaseDiff] = {}
     for name in dict.fromkeys([*a.phases, *b.phases]):
         wa, wb = a.wall_ns(name), b.wall_ns(name)
         if wa == 0 and wb == 0:
             continue
-        ga, gb = (x.phases.get(name, {}).get("gpu_busy_ns") for x in (a, b))
+        ga, gb = (row["gpu_busy_ns"] if (row := x.phases.get(name)) else None for x in (a, b))
         both_gpu = ga is not None and gb is not None and "gpu_busy_ns" not in na
         table[name] = {
             "a_wall_ns": wa,
@@ -117,11 +153,11 @@ def ab_compare(a: Analysis, b: Analysis) -> ABComparison:
             "b_gpu_busy_ns": int(gb or 0) if both_gpu else None,
             "gpu_busy_delta_ns": int(gb or 0) - int(ga or 0) if both_gpu else None,
         }
-    moved = [
+    moved: list[Moved] = [
         {"phase": name, "delta_ns": row["delta_ns"], "delta_pct": row["delta_pct"],
          "delta_of_window": row["delta_of_window"]}
         for name, row in table.items()
-        if row["delta_of_window"] is not None and abs(row["delta_of_window"]) >= MOVE_THRESHOLD
+        if (of := row["delta_of_window"]) is not None and abs(of) >= MOVE_THRESHOLD
     ]  # fmt: skip
     moved.sort(key=lambda m: (-abs(m["delta_ns"]), m["phase"]))
     return ABComparison(a, b, table, moved, na, warnings)

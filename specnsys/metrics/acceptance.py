@@ -21,7 +21,7 @@ Estimators (named, because engines disagree, see the reference notes section 1.3
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
@@ -32,7 +32,28 @@ from specnsys.vocabulary import ACCEPTANCE_MARKS, PROPOSED_MARK
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
-__all__ = ["acceptance_from_pairs", "acceptance_stats"]
+__all__ = ["Acceptance", "acceptance_from_pairs", "acceptance_stats"]
+
+
+class Acceptance(TypedDict):
+    """The acceptance statistics of a speculative run (``Analysis.acceptance``; the estimators
+    of the module docs), typed so that a reader of ``alpha`` or ``k`` gets a number."""
+
+    mean_accepted: float
+    by_position: list[float]
+    alpha: float
+    tokens_per_step: float
+    k: int
+    k_values: list[int]
+    sequence_steps: int
+    accepted_total: int
+    proposed_total: int
+    acceptance_rate: float
+    accepted_histogram: list[int]
+    alpha_by_position: list[float | None]
+    expected_tokens_per_step: float
+    invalid_pairs: int
+    steps_without_drafts: int
 
 
 def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
@@ -61,7 +82,7 @@ def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
     return pairs.select("proposed", "accepted"), proposed.height, accepted.height
 
 
-def acceptance_from_pairs(pairs: pl.DataFrame) -> dict[str, Any] | None:
+def acceptance_from_pairs(pairs: pl.DataFrame) -> Acceptance | None:
     """Statistics of a frame with integer columns ``proposed`` and ``accepted``.
 
     Pairs with ``proposed < 0`` or ``accepted`` outside ``0..proposed`` are not counted (their
@@ -131,7 +152,7 @@ def acceptance_from_pairs(pairs: pl.DataFrame) -> dict[str, Any] | None:
     }
 
 
-def acceptance_stats(trace: Trace, scope: Scope) -> tuple[dict[str, Any] | None, str | None]:
+def acceptance_stats(trace: Trace, scope: Scope) -> tuple[Acceptance | None, str | None]:
     """Acceptance statistics of the window, or (None, reason) when there are none.
 
     A warning reason is also returned (second item) when marks do not pair up.

@@ -23,7 +23,7 @@ What the trace cannot support is null in the numbers and explained in ``not_avai
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
@@ -37,22 +37,22 @@ from specnsys.attribution.timeline import (
     PhaseBreakdown,
     step_phase,
 )
-from specnsys.attribution.window import WindowSpec, parse_window
+from specnsys.attribution.window import WindowDropped, WindowSpec, parse_window
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
-from specnsys.metrics.acceptance import acceptance_stats
-from specnsys.metrics.bandwidth import memory_bandwidth
+from specnsys.metrics.acceptance import Acceptance, acceptance_stats
+from specnsys.metrics.bandwidth import Bandwidth, memory_bandwidth
 from specnsys.metrics.distributions import step_distributions
 from specnsys.metrics.events import Scope, resolve
 from specnsys.metrics.findings import findings_of
-from specnsys.metrics.memory import device_memory
-from specnsys.metrics.os_runtime import os_runtime_calls
+from specnsys.metrics.memory import DeviceMemory, device_memory
+from specnsys.metrics.os_runtime import OsRuntime, os_runtime_calls
 from specnsys.metrics.ranks import ranks_of_analysis
 from specnsys.metrics.requests import distribution, request_latencies
 from specnsys.metrics.steps import STEP_COLUMNS, step_phase_times, step_table
 from specnsys.metrics.structure import DraftForwards, draft_forwards, structural_warnings
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
-from specnsys.metrics.top_kernels import top_kernels_by_phase
+from specnsys.metrics.top_kernels import TopKernels, top_kernels_by_phase
 from specnsys.vocabulary import (
     ACCELERABLE,
     BASELINE_ACCELERABLE,
@@ -63,10 +63,16 @@ from specnsys.vocabulary import (
 
 if TYPE_CHECKING:
     from specnsys.attribution.context import AttributionContext
+    from specnsys.attribution.nesting import NestingFacts
     from specnsys.attribution.rules import PhaseRules
+    from specnsys.control_log import ControlSummary
     from specnsys.ingest import Trace
+    from specnsys.ingest.summary import Capability
 
-__all__ = ["ACCELERABLE", "GENERIC", "Analysis", "analysis_steps", "analyze_trace", "detect_mode"]
+__all__ = [
+    "ACCELERABLE", "GENERIC", "Analysis", "GpuTime", "Latency", "NonAccelerable", "PhaseRow",
+    "ProfilerOverhead", "analysis_steps", "analyze_trace", "detect_mode",
+]
 
 GENERIC = "generic"
 """Mode of a run that is neither a baseline (``forward``) nor speculative (``draft``/``verify``)."""
@@ -94,6 +100,61 @@ _MISSING_EVERYTHING = (
 ANALYSIS_VERSION = 9
 
 
+class PhaseRow(TypedDict):
+    """One phase of ``Analysis.phases``: its exclusive wall time and share of the window, the
+    GPU work attributed to it (None without GPU activity), the CPU time its ranges held,
+    how many ranges it had and whether speculative decoding accelerates it."""
+
+    wall_ns: int
+    share: float
+    gpu_busy_ns: int | None
+    kernels: int | None
+    cpu_inclusive_ns: int
+    ranges: int
+    accelerable: bool
+
+
+class NonAccelerable(TypedDict):
+    """A row of :meth:`Analysis.non_accelerable`."""
+
+    phase: str
+    wall_ns: int
+    share: float
+
+
+class GpuTime(TypedDict):
+    """GPU busy (the union of the process's GPU work in the window) and idle time."""
+
+    busy_ns: int
+    idle_ns: int
+    busy_share: float
+    idle_share: float
+    shares_of: str
+
+
+class Latency(TypedDict):
+    """TTFT/TPOT/latency distributions (:func:`~specnsys.metrics.requests.distribution`) and
+    the per-request rows (ns)."""
+
+    ttft_ns: dict[str, float | int | None]
+    tpot_ns: dict[str, float | int | None]
+    latency_ns: dict[str, float | int | None]
+    per_request: list[dict[str, int | float | None]]
+
+
+class ProfilerOverhead(TypedDict):
+    """The profiled per-token time against unprofiled control runs (:meth:`Analysis.
+    with_control`)."""
+
+    runs: int
+    unprofiled_per_token_ns: float
+    unprofiled_min_ns: float | None
+    unprofiled_max_ns: float | None
+    profiled_per_token_ns: float | None
+    overhead: float | None
+    of: str
+
+
 @dataclass(frozen=True)
 class Analysis:
     """The metrics of one trace; :meth:`to_dict` is the ``analyze --json`` object.
@@ -107,7 +168,7 @@ class Analysis:
     window_start_ns: int
     window_end_ns: int
     rules: str
-    phases: dict[str, dict[str, Any]]
+    phases: dict[str, PhaseRow]
     tokens: int | None
     tokens_source: str | None
     """Where ``tokens`` came from: a key of :data:`specnsys.metrics.tokens.SOURCES`."""
@@ -118,20 +179,20 @@ class Analysis:
     per_token_ns: float | None
     sampler_share: float
     amdahl_ceiling: float | None
-    acceptance: dict[str, Any] | None
+    acceptance: Acceptance | None
     k: int | None
     draft_cost_ratio: float | None
     per_range_ns: dict[str, float | None]
-    latency: dict[str, Any]
-    bandwidth: dict[str, Any] | None
-    device_memory: dict[str, Any] | None
-    whatif: dict[str, Any] | None
+    latency: Latency
+    bandwidth: Bandwidth | None
+    device_memory: DeviceMemory | None
+    whatif: dict[str, object] | None
     gpu: bool
-    gpu_time: dict[str, Any] | None = None
-    top_kernels: dict[str, Any] | None = None
+    gpu_time: GpuTime | None = None
+    top_kernels: TopKernels | None = None
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    os_runtime: dict[str, Any] | None = None
+    os_runtime: OsRuntime | None = None
     """The analysed process's OS runtime calls in the window, by function
     (:func:`specnsys.metrics.os_runtime.os_runtime_calls`); None with the reason in
     ``not_available["os_runtime"]``."""
@@ -139,26 +200,26 @@ class Analysis:
     """What set the window: a key of :data:`~specnsys.attribution.timeline.WINDOW_SOURCES`."""
     window_rule: str = "requests"
     """The ``--window`` rule (:mod:`specnsys.attribution.window`)."""
-    window_dropped: dict[str, Any] | None = None
+    window_dropped: WindowDropped | None = None
     """What the rule cut from the default window (before/after ns, steps, spans, why)."""
     draft_forwards_per_step: float | None = None
     """Draft forwards one speculative step ran (what one draft forward of ``c`` divides by);
     ``draft_forwards_source`` names where it came from
     (:data:`~specnsys.metrics.structure.DRAFT_FORWARD_SOURCES`)."""
     draft_forwards_source: str | None = None
-    nesting: dict[str, Any] | None = None
+    nesting: NestingFacts | None = None
     """The nesting facts of the driver thread (:func:`specnsys.attribution.nesting.
     nesting_facts`): ranges a role reassigned, draft leaves, structural errors."""
-    findings: dict[str, Any] | None = None
+    findings: dict[str, object] | None = None
     """GPU idle per phase by cause and the expert-rule findings
     (:mod:`specnsys.metrics.findings`); None without GPU activity."""
-    step_distributions: dict[str, Any] | None = None
+    step_distributions: dict[str, object] | None = None
     """Per decode step: each phase's time and the time per output token, as count, mean,
     p50/p90/p99 and max (:mod:`specnsys.metrics.distributions`)."""
-    profiler_overhead: dict[str, Any] | None = None
+    profiler_overhead: ProfilerOverhead | None = None
     """The profiler's overhead per output token against unprofiled control runs of the same
     command (``profile --control``; :meth:`with_control`); None without them."""
-    ranks: dict[str, Any] | None = None
+    ranks: dict[str, object] | None = None
     """Every process that launched GPU work or has phase ranges, when there are several and
     no ``pid`` was given (:func:`specnsys.metrics.ranks.ranks_dict`); else None, and
     ``not_available["ranks"]`` says why."""
@@ -177,18 +238,19 @@ class Analysis:
 
     def wall_ns(self, phase: str) -> int:
         """Exclusive wall time of *phase* (0 when the trace has none)."""
-        return int(self.phases.get(phase, {}).get("wall_ns", 0))
+        row = self.phases.get(phase)
+        return 0 if row is None else int(row["wall_ns"])
 
-    def non_accelerable(self) -> list[dict[str, Any]]:
+    def non_accelerable(self) -> list[NonAccelerable]:
         """Non-accelerable phases with time, largest first: ``{phase, wall_ns, share}``."""
-        rows = [
+        rows: list[NonAccelerable] = [
             {"phase": name, "wall_ns": row["wall_ns"], "share": row["share"]}
             for name, row in self.phases.items()
             if not row["accelerable"] and row["wall_ns"] > 0
         ]
         return sorted(rows, key=lambda r: (-r["wall_ns"], r["phase"]))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``analyze --json`` contract (issue 5) plus the details reports and plots use."""
         non_acc = self.non_accelerable()
         return {
@@ -241,12 +303,12 @@ class Analysis:
             "profiler_overhead": self.profiler_overhead,
         }
 
-    def with_control(self, control: dict[str, Any], source: str) -> Analysis:
+    def with_control(self, control: ControlSummary, source: str) -> Analysis:
         """This analysis with the profiler's overhead against the unprofiled control runs
         *control* (:func:`specnsys.control_log.read_control` of the file *source*): profiled
         over unprofiled per-token time, the control runs' median, min and max."""
         per = control["per_token_ns"]
-        unprofiled = float(per["median"])
+        unprofiled = float(per["median"] or 0.0)
         profiled = self.per_token_ns
         return replace(
             self,
@@ -295,8 +357,8 @@ def detect_mode(counts: dict[str, int], walls: dict[str, int]) -> str:
     return GENERIC
 
 
-def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[str, dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
+def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[str, PhaseRow]:
+    rows: dict[str, PhaseRow] = {}
     for r in b.frame.iter_rows(named=True):
         name = r["phase"]
         if name == REQUEST_PHASE and r["wall_ns"] == 0:
@@ -313,7 +375,7 @@ def _phase_rows(b: PhaseBreakdown, counts: dict[str, int], gpu: bool) -> dict[st
     return rows
 
 
-def _per_range(phases: dict[str, dict[str, Any]], name: str) -> float | None:
+def _per_range(phases: dict[str, PhaseRow], name: str) -> float | None:
     row = phases.get(name)
     if not row or row["ranges"] <= 0:
         return None
@@ -324,7 +386,7 @@ def _per_range(phases: dict[str, dict[str, Any]], name: str) -> float | None:
 def analyze_trace(
     trace: Trace,
     *,
-    rules: Any = None,
+    rules: PhaseRules | str | None = None,
     pid: int | None = None,
     context: AttributionContext | None = None,
     window: WindowSpec | str | None = None,
@@ -344,9 +406,8 @@ def analyze_trace(
     spec = parse_window(window)
     rules, note = rules_in_force(trace, rules)
     mapping = resolve(rules)
-    kwargs: dict[str, Any] = {"pid": pid, "window": spec}
-    if rules is not None:  # resolved once: a TOML file is parsed and checked a single time
-        kwargs["rules"] = mapping
+    # resolved once: a TOML file is parsed and checked a single time
+    given = mapping if rules is not None else None
     # The result is a pure function of the export, the rules and pid: kept beside the cached
     # model, the next analysis of the unchanged export reads it back (errors are not kept).
     key = {
@@ -359,7 +420,8 @@ def analyze_trace(
         "window": spec.text,
     }
     stored = trace.load_derived("analysis", key)
-    b = exclusive_phase_times(trace, **kwargs, context=context)  # itself read back when stored
+    # itself read back when stored
+    b = exclusive_phase_times(trace, pid=pid, window=spec, rules=given, context=context)
     if stored is not None:
         return _noted(Analysis(**{**stored, "path": path}, breakdown=b), note)
     try:
@@ -379,7 +441,9 @@ def analyze_trace(
     return _noted(result, note)
 
 
-def rules_in_force(trace: Trace, rules: Any) -> tuple[Any, str | None]:
+def rules_in_force(
+    trace: Trace, rules: PhaseRules | str | None
+) -> tuple[PhaseRules | str | None, str | None]:
     """The rules a command applies to *trace*, and the note that says so when it chose them.
 
     The one place the default is decided: *rules* when given; else specnsys's own vocabulary
@@ -420,7 +484,7 @@ class _Run:
     mapping: PhaseRules
     scope: Scope
     gpu: bool
-    phases: dict[str, dict[str, Any]]
+    phases: dict[str, PhaseRow]
     mode: str
     na: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -430,7 +494,7 @@ class _Run:
         return self.b.range_counts
 
     @property
-    def caps(self) -> Any:
+    def caps(self) -> dict[str, Capability]:
         return self.trace.summary.capabilities
 
     @property
@@ -463,14 +527,12 @@ def _analyze(
     # a speculative run's acceptance marks also count its tokens when nothing else does
     acc, acc_note = acceptance_stats(trace, run.scope) if mode == "spec" else (None, None)
     tokens = _tokens_part(run, lat, acc)
-    values: dict[str, Any] = {
-        **tokens,
-        **_p_part(run),
-        **_speculative_part(run, acc, acc_note, tokens["tokens"]),
-        **_tails_part(run, lat),
-        **_gpu_part(run),
-        **_process_part(run, pid, context),
-    }
+    # in this order: each part adds its warnings to the run's
+    p_part = _p_part(run)
+    speculative = _speculative_part(run, acc, acc_note, tokens["tokens"])
+    tails = _tails_part(run, lat)
+    gpu_part = _gpu_part(run)
+    process = _process_part(run, pid, context)
     return Analysis(
         path=path,
         mode=mode,
@@ -488,11 +550,58 @@ def _analyze(
         not_available=run.na,
         warnings=run.warnings,
         breakdown=b,
-        **values,
+        **tokens,
+        **p_part,
+        **speculative,
+        **tails,
+        **gpu_part,
+        **process,
     )
 
 
-def _tokens_part(run: _Run, lat: pl.DataFrame, acc: dict[str, Any] | None) -> dict[str, Any]:
+class _TokensPart(TypedDict):
+    tokens: int | None
+    tokens_source: str | None
+    steps: int
+    per_token_ns: float | None
+    sampler_share: float
+
+
+class _PPart(TypedDict):
+    accelerable_ns: int
+    p: float | None
+    amdahl_ceiling: float | None
+
+
+class _SpeculativePart(TypedDict):
+    acceptance: Acceptance | None
+    k: int | None
+    draft_cost_ratio: float | None
+    draft_forwards_per_step: float | None
+    draft_forwards_source: str | None
+    per_range_ns: dict[str, float | None]
+    whatif: dict[str, object] | None
+
+
+class _TailsPart(TypedDict):
+    latency: Latency
+    step_distributions: dict[str, object] | None
+
+
+class _GpuPart(TypedDict):
+    bandwidth: Bandwidth | None
+    device_memory: DeviceMemory | None
+    gpu_time: GpuTime | None
+    top_kernels: TopKernels | None
+    findings: dict[str, object] | None
+
+
+class _ProcessPart(TypedDict):
+    os_runtime: OsRuntime | None
+    ranks: dict[str, object] | None
+
+
+def _tokens_part(run: _Run, lat: pl.DataFrame, acc: Acceptance | None) -> _TokensPart:
     """Output tokens (from whatever the trace holds), decode steps, per-token time."""
     counted = count_tokens(run.trace, run.scope, lat, acc, run.counts)
     tokens = counted.tokens
@@ -510,11 +619,17 @@ def _tokens_part(run: _Run, lat: pl.DataFrame, acc: dict[str, Any] | None) -> di
         "tokens_source": counted.source,
         "steps": int(run.counts.get(run.step_phase, 0)),
         "per_token_ns": window / tokens if tokens else None,
-        "sampler_share": run.phases.get(SAMPLER_PHASE, {}).get("wall_ns", 0) / window,
+        "sampler_share": _wall(run.phases, SAMPLER_PHASE) / window,
     }
 
 
-def _p_part(run: _Run) -> dict[str, Any]:
+def _wall(phases: dict[str, PhaseRow], name: str) -> int:
+    """*name*'s wall time in *phases* (0 without it)."""
+    row = phases.get(name)
+    return 0 if row is None else row["wall_ns"]
+
+
+def _p_part(run: _Run) -> _PPart:
     """The accelerable time; p and the Amdahl ceiling, which come from a baseline run."""
     accelerable = sum(run.phases[p]["wall_ns"] for p in ACCELERABLE if p in run.phases)
     p: float | None = None
@@ -537,7 +652,7 @@ def _p_part(run: _Run) -> dict[str, Any]:
     return {"accelerable_ns": int(accelerable), "p": p, "amdahl_ceiling": ceiling}
 
 
-def _acceptance_reason(run: _Run, acc: dict[str, Any] | None, note: str | None) -> None:
+def _acceptance_reason(run: _Run, acc: Acceptance | None, note: str | None) -> None:
     if run.mode == "spec":
         if note:
             run.warnings.append(note)
@@ -553,7 +668,8 @@ def _acceptance_reason(run: _Run, acc: dict[str, Any] | None, note: str | None) 
 
 def _per_range_part(run: _Run, forwards: DraftForwards) -> dict[str, float | None]:
     phases, counts = run.phases, run.counts
-    draft_wall = phases.get("draft", {}).get("wall_ns")
+    draft_row = phases.get("draft")
+    draft_wall = None if draft_row is None else draft_row["wall_ns"]
     steps_drafted = counts.get("verify", 0) or counts.get("draft", 0)
     return {
         "forward_ns": _per_range(phases, "forward"),
@@ -585,8 +701,8 @@ def _cost_ratio(run: _Run, per_range: dict[str, float | None], forwards: DraftFo
 
 
 def _speculative_part(
-    run: _Run, acc: dict[str, Any] | None, note: str | None, tokens: int | None
-) -> dict[str, Any]:
+    run: _Run, acc: Acceptance | None, note: str | None, tokens: int | None
+) -> _SpeculativePart:
     """Acceptance, the draft forwards per step, c, the structural checks and the what-if."""
     _acceptance_reason(run, acc, note)
     k = None if acc is None else int(acc["k"])
@@ -623,7 +739,7 @@ def _speculative_part(
     }
 
 
-def _tails_part(run: _Run, lat: pl.DataFrame) -> dict[str, Any]:
+def _tails_part(run: _Run, lat: pl.DataFrame) -> _TailsPart:
     """Latency per request and the per-step distributions."""
     latency = _latency(lat, run.na)
     dist = None
@@ -640,7 +756,7 @@ def _tails_part(run: _Run, lat: pl.DataFrame) -> dict[str, Any]:
     return {"latency": latency, "step_distributions": dist}
 
 
-def _gpu_part(run: _Run) -> dict[str, Any]:
+def _gpu_part(run: _Run) -> _GpuPart:
     """Bandwidth, device memory, GPU busy/idle, the largest kernels and the findings."""
     trace, scope, phases = run.trace, run.scope, run.phases
     busy = {name: int(row["gpu_busy_ns"] or 0) for name, row in phases.items()}
@@ -658,7 +774,11 @@ def _gpu_part(run: _Run) -> dict[str, Any]:
     if top_reason:
         run.na["top_kernels"] = top_reason
     figures = {
-        name: {k: int(row[k] or 0) for k in ("wall_ns", "gpu_busy_ns", "cpu_inclusive_ns")}
+        name: {
+            "wall_ns": int(row["wall_ns"] or 0),
+            "gpu_busy_ns": int(row["gpu_busy_ns"] or 0),
+            "cpu_inclusive_ns": int(row["cpu_inclusive_ns"] or 0),
+        }
         for name, row in phases.items()
     }
     return {
@@ -672,7 +792,7 @@ def _gpu_part(run: _Run) -> dict[str, Any]:
 
 def _process_part(
     run: _Run, pid: int | None, context: AttributionContext | None
-) -> dict[str, Any]:
+) -> _ProcessPart:
     """The OS runtime calls, what the breakdown noted, and every process of the run."""
     b = run.b
     # what the CPU threads did outside CUDA (the only timed events of a CPU-only capture)
@@ -696,7 +816,7 @@ _STORED_FIELDS = tuple(
 )
 
 
-def _gpu_time(b: PhaseBreakdown) -> dict[str, Any]:
+def _gpu_time(b: PhaseBreakdown) -> GpuTime:
     """GPU busy (the union of the process's GPU work in the window) and GPU idle, the rest."""
     window = b.window_ns
     busy = int(b.gpu_union_ns)
@@ -709,9 +829,9 @@ def _gpu_time(b: PhaseBreakdown) -> dict[str, Any]:
     }
 
 
-def _latency(lat: Any, na: dict[str, str]) -> dict[str, Any]:
+def _latency(lat: pl.DataFrame, na: dict[str, str]) -> Latency:
     """TTFT/TPOT/latency distributions and the per-request rows (ns)."""
-    out: dict[str, Any] = {
+    out: Latency = {
         "ttft_ns": distribution(lat["ttft_ns"]),
         "tpot_ns": distribution(lat["tpot_ns"]),
         "latency_ns": distribution(lat["latency_ns"]),

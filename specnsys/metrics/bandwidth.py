@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
@@ -30,7 +30,57 @@ from specnsys.vocabulary import TARGET_BYTES_MARK
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
-__all__ = ["DEFAULT_THRESHOLD_PCT", "memory_bandwidth"]
+__all__ = [
+    "DEFAULT_THRESHOLD_PCT", "Bandwidth", "MarkedBandwidth", "SampledBandwidth",
+    "memory_bandwidth",
+]
+
+
+class SampledPhase(TypedDict):
+    """A phase's GPU_METRICS samples: their mean DRAM throughput (percent of peak), the
+    fraction at or above the threshold, and the mean in bytes/s when the peak is known."""
+
+    samples: float
+    mean_pct: float
+    fraction_above_threshold: float
+    mean_bytes_per_s: float | None
+
+
+class SampledBandwidth(TypedDict):
+    """Bandwidth from GPU_METRICS samples (``source`` ``gpu_metrics``)."""
+
+    source: str
+    metrics: list[str]
+    threshold_pct: float
+    peak_bytes_per_s: float | None
+    device_ids: list[int]
+    samples: int
+    busy_samples: int
+    by_phase: dict[str, SampledPhase]
+
+
+class MarkedPhase(TypedDict):
+    """A phase's ``target_bytes`` marks over its GPU busy time, and that rate's share of peak."""
+
+    bytes: int
+    marks: int
+    gpu_busy_ns: int
+    bytes_per_s: float | None
+    fraction_of_peak: float | None
+
+
+class MarkedBandwidth(TypedDict):
+    """Bandwidth from the ``target_bytes`` marks (``source`` ``target_bytes``)."""
+
+    source: str
+    peak_bytes_per_s: float
+    time_basis: str
+    device_ids: list[int]
+    by_phase: dict[str, MarkedPhase]
+
+
+#: ``Analysis.bandwidth``: from whichever source the trace has (``source`` says which).
+Bandwidth = SampledBandwidth | MarkedBandwidth
 
 DEFAULT_THRESHOLD_PCT = 80.0
 """DRAM throughput (percent of peak) from which a sample counts as bandwidth-saturated."""
@@ -68,7 +118,7 @@ def _devices(trace: Trace, scope: Scope) -> list[int]:
 
 def _from_gpu_metrics(
     trace: Trace, scope: Scope, ops: pl.DataFrame, threshold: float
-) -> tuple[dict[str, object] | None, str | None]:
+) -> tuple[SampledBandwidth | None, str | None]:
     con = trace.connection
     names = [
         r[0]
@@ -121,7 +171,7 @@ def _from_gpu_metrics(
     if not rows:
         return None, "no GPU_METRICS samples fall on GPU work of the process in the window"
     peak = _device_bandwidth(trace, devices)
-    by_phase = {
+    by_phase: dict[str, SampledPhase] = {
         str(phase): {
             "samples": float(samples),
             "mean_pct": float(mean_pct),
@@ -148,7 +198,7 @@ def _matches(name: str, pattern: str) -> bool:
 
 def _from_target_bytes(
     trace: Trace, scope: Scope, gpu_busy: dict[str, int], devices: list[int]
-) -> tuple[dict[str, object] | None, str | None]:
+) -> tuple[MarkedBandwidth | None, str | None]:
     marked = mark_phases(trace, scope, TARGET_BYTES_MARK)
     if marked.height == 0:
         return None, (
@@ -167,7 +217,7 @@ def _from_target_bytes(
         .agg(pl.col("value").sum().alias("bytes"), pl.len().alias("marks"))
         .sort("phase")
     )
-    by_phase: dict[str, dict[str, object]] = {}
+    by_phase: dict[str, MarkedPhase] = {}
     for phase, nbytes, n in per.iter_rows():
         busy = int(gpu_busy.get(phase, 0))
         rate = nbytes / (busy / 1e9) if busy > 0 else None
@@ -193,7 +243,7 @@ def memory_bandwidth(
     gpu_busy: dict[str, int],
     *,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-) -> tuple[dict[str, object] | None, str | None]:
+) -> tuple[Bandwidth | None, str | None]:
     """Bandwidth per phase, or (None, reason). *gpu_busy* maps phase -> GPU busy ns."""
     caps = trace.summary.capabilities
     if not caps["gpu_activity"].available:
@@ -216,8 +266,8 @@ def memory_bandwidth(
         if result is not None:
             return result, None
         reasons.append(str(why))
-    result, why = _from_target_bytes(trace, scope, gpu_busy, devices)
-    if result is not None:
-        return result, None
+    marked, why = _from_target_bytes(trace, scope, gpu_busy, devices)
+    if marked is not None:
+        return marked, None
     reasons.append(str(why))
     return None, "; ".join(reasons)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TypedDict, TypeVar, cast
 
 from specnsys.errors import BadInputError
 from specnsys.metrics import amdahl
@@ -38,6 +38,8 @@ __all__ = [
     "TOLERANCE",
     "VERIFY_RATIO_WARNING",
     "Comparison",
+    "MemoryComparison",
+    "PhaseGap",
     "compare_many",
     "compare_runs",
     "compare_sweep",
@@ -56,6 +58,31 @@ VERIFY_RATIO_WARNING = 1.3
 warning sign: the wider pass is no longer almost free)."""
 
 
+class PhaseGap(TypedDict):
+    """One phase of a comparison: walls, shares, ns per output token and its part of the gap
+    (None where the token counts or the basis do not allow it)."""
+
+    accelerable: bool
+    baseline_wall_ns: int
+    spec_wall_ns: int
+    baseline_share: float
+    spec_share: float
+    baseline_ns_per_token: float | None
+    spec_ns_per_token: float | None
+    delta_ns_per_token: float | None
+    gap_contribution: float | None
+
+
+class MemoryComparison(TypedDict):
+    """Peak device memory of spec ``verify`` against the baseline's forward (or decode)."""
+
+    verify_peak_bytes: int
+    baseline_phase: str
+    baseline_peak_bytes: int
+    verify_to_baseline: float | None
+    total_memory_bytes: int | None
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One baseline/speculative pair; :meth:`to_dict` is the ``compare --json`` object."""
@@ -67,12 +94,12 @@ class Comparison:
     predicted_speedup: float | None
     measured_speedup: float | None
     gap: float | None
-    phases: dict[str, dict[str, Any]]
+    phases: dict[str, PhaseGap]
     moved_phases: list[str]
     draft_cost_ratio: float | None
     verify_to_forward_ratio: float | None
-    leviathan: dict[str, Any] | None
-    device_memory: dict[str, Any] | None
+    leviathan: dict[str, object] | None
+    device_memory: MemoryComparison | None
     not_available: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     speedup_basis: str | None = None
@@ -89,7 +116,7 @@ class Comparison:
     def moved_phase(self) -> str | None:
         return self.moved_phases[0] if self.moved_phases else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         b, s = self.baseline, self.spec
 
         def per_token(a: Analysis, ns: int) -> float | None:
@@ -145,7 +172,7 @@ class Comparison:
         }
 
 
-def _unprofiled(b: Analysis, s: Analysis, measured: float | None) -> dict[str, Any] | None:
+def _unprofiled(b: Analysis, s: Analysis, measured: float | None) -> dict[str, object] | None:
     """The measured speedup of the unprofiled control runs beside the profiled one, when both
     traces have them (``profile --control``; :meth:`Analysis.with_control`)."""
     ob, os_ = b.profiler_overhead, s.profiler_overhead
@@ -164,12 +191,12 @@ def _unprofiled(b: Analysis, s: Analysis, measured: float | None) -> dict[str, A
 
 def _phase_table(
     b: Analysis, s: Analysis, spec_per_token: float | None, same_output: bool = False
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, PhaseGap]:
     """Per phase: walls, shares, ns per token and the part of the gap it explains (by
     per-token deltas, or, on a *same_output* basis without token counts, by wall deltas over
     the speculative window: the token count cancels)."""
     names = list(dict.fromkeys([*b.phases, *s.phases]))
-    table: dict[str, dict[str, Any]] = {}
+    table: dict[str, PhaseGap] = {}
     for name in names:
         wb, ws = b.wall_ns(name), s.wall_ns(name)
         if wb == 0 and ws == 0:
@@ -227,15 +254,12 @@ def compare_runs(baseline: Analysis, spec: Analysis, *, same_output: bool = Fals
         warnings.append("one run has GPU activity and the other does not")
 
     phases = _phase_table(b, s, spec_per_token, basis == "same_output")
-    moved = sorted(
-        (
-            name
-            for name, row in phases.items()
-            if row["gap_contribution"] is not None
-            and abs(row["gap_contribution"]) >= MOVE_THRESHOLD
-        ),
-        key=lambda name: -abs(phases[name]["gap_contribution"]),
-    )
+    explains = {
+        name: g
+        for name, row in phases.items()
+        if (g := row["gap_contribution"]) is not None and abs(g) >= MOVE_THRESHOLD
+    }
+    moved = sorted(explains, key=lambda name: -abs(explains[name]))
 
     c, ratio, leviathan = _step_costs(b, s, na)
     memory = _memory(b, s, na)
@@ -289,7 +313,7 @@ def _speedups(
 
 def _step_costs(
     b: Analysis, s: Analysis, na: dict[str, str]
-) -> tuple[float | None, float | None, dict[str, Any] | None]:
+) -> tuple[float | None, float | None, dict[str, object] | None]:
     """(c, verify/forward ratio, Leviathan's what-if): one draft forward and one verify over
     one baseline forward; what is missing goes into *na*."""
     forward = b.per_range_ns.get("forward_ns")
@@ -348,7 +372,7 @@ def with_same_output(comparisons: Sequence[_C]) -> list[_C]:
     ]
 
 
-def _memory(b: Analysis, s: Analysis, na: dict[str, str]) -> dict[str, Any] | None:
+def _memory(b: Analysis, s: Analysis, na: dict[str, str]) -> MemoryComparison | None:
     """Peak device memory during spec ``verify`` against baseline ``forward`` (or decode)."""
     if b.device_memory is None or s.device_memory is None:
         na["device_memory"] = (

@@ -16,7 +16,7 @@ out of the KV cache. Sources, best first:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
@@ -26,12 +26,28 @@ from specnsys.vocabulary import DEVICE_MEMORY_PEAK_MARK
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
-__all__ = ["device_memory"]
+__all__ = ["DeviceMemory", "PhasePeak", "device_memory"]
+
+
+class PhasePeak(TypedDict):
+    """One phase's largest peak, the mean of its per-range peaks, and its marked ranges."""
+
+    peak_bytes: int
+    mean_peak_bytes: float
+    ranges: int
+
+
+class DeviceMemory(TypedDict):
+    """Peak device memory per phase (``Analysis.device_memory``), and the GPU's total."""
+
+    source: str
+    total_memory_bytes: int | None
+    by_phase: dict[str, PhasePeak]
 
 _EVENTS_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 
 
-def device_memory(trace: Trace, scope: Scope) -> tuple[dict[str, object] | None, str | None]:
+def device_memory(trace: Trace, scope: Scope) -> tuple[DeviceMemory | None, str | None]:
     """Peak device memory per phase, or (None, reason)."""
     marked = mark_phases(trace, scope, DEVICE_MEMORY_PEAK_MARK)
     if marked.height:

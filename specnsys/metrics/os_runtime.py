@@ -11,14 +11,34 @@ model table.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from specnsys.ingest.summary import OSRT_CALL_SQL
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
 
-__all__ = ["OS_RUNTIME_OF", "TOP_FUNCTIONS", "os_runtime_calls"]
+__all__ = ["OS_RUNTIME_OF", "TOP_FUNCTIONS", "FunctionCalls", "OsRuntime", "os_runtime_calls"]
+
+
+class FunctionCalls(TypedDict):
+    """One OS runtime function's calls and summed time (ns)."""
+
+    name: str
+    calls: int
+    ns: int
+
+
+class OsRuntime(TypedDict):
+    """The analysed process's OS runtime calls in the window (:func:`os_runtime_calls`)."""
+
+    pid: int
+    calls: int
+    ns: int
+    functions: int
+    threads: int
+    top: list[FunctionCalls]
+    of: str
 
 #: Functions listed in ``top`` (largest summed time first); the totals cover all of them.
 TOP_FUNCTIONS = 10
@@ -48,7 +68,7 @@ _CALLS = f"""
 
 def os_runtime_calls(
     trace: Trace, pid: int | None, window: tuple[int, int]
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[OsRuntime | None, str | None]:
     """The OS runtime calls of process *pid* in *window* ``(start, end)``: ``(result, None)``,
     or ``(None, why)`` when there are none to count.
 

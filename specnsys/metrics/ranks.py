@@ -215,7 +215,7 @@ def _lags(ranks: list[Rank]) -> tuple[pl.DataFrame, int]:
 STANDS_OUT_SHARE = 0.01
 
 
-def _straggler(ranks: list[Rank], lags: pl.DataFrame, matched: int) -> dict[str, Any]:
+def _straggler(ranks: list[Rank], lags: pl.DataFrame, matched: int) -> dict[str, object]:
     first_end = min(r.breakdown.window_end_ns for r in ranks)
     union_ns = max(r.breakdown.window_end_ns for r in ranks) - min(
         r.breakdown.window_start_ns for r in ranks
@@ -341,7 +341,7 @@ def ranks_of_analysis(
     pid: int | None,
     gpu: bool,
     context: AttributionContext | None = None,
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[dict[str, object] | None, str | None]:
     """``analyze``'s ``ranks`` section and, when it is null, why: *pid* given (the
     single-process view asked for) or at most one process. *breakdown* is the analysis's own
     (its process is not analysed twice)."""

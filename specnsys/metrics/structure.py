@@ -21,7 +21,11 @@ not expect (docs/design.md#nesting-by-role):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specnsys.attribution.nesting import NestingFacts
+    from specnsys.metrics.acceptance import Acceptance
 
 __all__ = [
     "DRAFT_FORWARD_SOURCES",
@@ -66,19 +70,18 @@ class DraftForwards:
 
 
 def draft_forwards(
-    counts: dict[str, int], nesting: dict[str, Any] | None, acceptance: dict[str, Any] | None
+    counts: dict[str, int], nesting: NestingFacts | None, acceptance: Acceptance | None
 ) -> DraftForwards:
     """The draft forwards of a run with the range *counts* (counted ranges per phase),
     *nesting* (:func:`specnsys.attribution.nesting.nesting_facts`) and *acceptance*
     statistics (module docs)."""
-    nest = nesting or {}
     drafts = int(counts.get("draft", 0))
     steps = int(counts.get("decode", 0)) or int(counts.get("verify", 0)) or drafts
     if drafts <= 0:
         return DraftForwards(None, None, None, "the run has no draft ranges")
-    if nest.get("draft_nested") and int(nest.get("draft_leaves", 0)) > 0:
-        total = float(nest["draft_leaves"])
-        forward = float(nest.get("draft_leaf_ns", 0)) / total or None
+    if nesting and nesting.get("draft_nested") and int(nesting.get("draft_leaves", 0)) > 0:
+        total = float(nesting["draft_leaves"])
+        forward = float(nesting.get("draft_leaf_ns", 0)) / total or None
         return DraftForwards(total, total / steps, "nested_draft_ranges", forward_ns=forward)
     if drafts >= REPEATED * steps:
         return DraftForwards(float(drafts), drafts / steps, "repeated_draft_ranges")
@@ -100,7 +103,7 @@ def _phase_list(counts: dict[str, int]) -> str:
 
 
 def _step_checks(
-    steps: int, tokens: int | None, acceptance: dict[str, Any] | None, step_phase: str
+    steps: int, tokens: int | None, acceptance: Acceptance | None, step_phase: str
 ) -> list[str]:
     """Decode steps that the token count or the acceptance marks cannot account for."""
     out: list[str] = []
@@ -123,18 +126,17 @@ def _step_checks(
 def structural_warnings(
     mode: str,
     counts: dict[str, int],
-    nesting: dict[str, Any] | None,
+    nesting: NestingFacts | None,
     *,
     steps: int,
     step_phase: str,
     tokens: int | None,
-    acceptance: dict[str, Any] | None,
+    acceptance: Acceptance | None,
 ) -> list[str]:
     """One warning line per structural problem of an annotated run (module docs); none for a
     generic run, whose phases are not the vocabulary's."""
     if mode not in ("spec", "baseline"):
         return []
-    nest = nesting or {}
     out: list[str] = []
     if mode == "spec" and not counts.get("verify"):
         out.append(
@@ -154,6 +156,15 @@ def structural_warnings(
             "alone"
         )
     out.extend(_step_checks(steps, tokens, acceptance, step_phase))
+    if nesting is not None:
+        out.extend(_nesting_checks(nesting, counts))
+    return [STRUCTURE_PREFIX + line for line in out]
+
+
+def _nesting_checks(nest: NestingFacts, counts: dict[str, int]) -> list[str]:
+    """The structural errors the nesting facts show (those of an older breakdown without
+    them cannot be checked)."""
+    out: list[str] = []
     if nest.get("verify_in_draft"):
         out.append(
             f"{nest['verify_in_draft']} verify ranges inside draft ranges "
@@ -180,4 +191,4 @@ def structural_warnings(
             f"every decode step holds {inner}: the step's sampling, KV-cache and sync work are "
             f"not annotated apart (their time counts as {owners})"
         )
-    return [STRUCTURE_PREFIX + line for line in out]
+    return out

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -83,7 +83,7 @@ class TimelineExport:
     has_gpu: bool
     end_ns: int
     """Where the export ends: the window's end, or the cut of :func:`cut_to_events`."""
-    dropped: dict[str, Any] | None = field(default=None)
+    dropped: dict[str, int] | None = field(default=None)
     """What :func:`cut_to_events` left out (None: nothing)."""
 
     @property

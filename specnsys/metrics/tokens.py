@@ -28,7 +28,7 @@ trace has no request ranges; a trace without prefill ranges shows no first token
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -39,6 +39,7 @@ from specnsys.vocabulary import BASELINE_ACCELERABLE, TOKENS_MARK
 
 if TYPE_CHECKING:
     from specnsys.ingest import Trace
+    from specnsys.metrics.acceptance import Acceptance
 
 __all__ = [
     "GIVEN",
@@ -113,7 +114,7 @@ def first_tokens(lat: pl.DataFrame, range_counts: dict[str, int]) -> int:
     return (lat.height or prefills) if prefills else 0
 
 
-def from_acceptance(acceptance: dict[str, Any] | None, first: int) -> int | None:
+def from_acceptance(acceptance: Acceptance | None, first: int) -> int | None:
     """``sum(accepted + 1)`` over the sequence-steps plus *first* (first tokens); None without
     acceptance statistics (:func:`specnsys.metrics.acceptance.acceptance_stats`)."""
     if acceptance is None or not acceptance.get("sequence_steps"):
@@ -155,7 +156,7 @@ def token_counts(
     trace: Trace,
     scope: Scope,
     lat: pl.DataFrame,
-    acceptance: dict[str, Any] | None,
+    acceptance: Acceptance | None,
     range_counts: dict[str, int],
 ) -> dict[str, int | None]:
     """What each source (but ``given``) counts in the window, None where it has nothing: the
@@ -191,7 +192,7 @@ def count_tokens(
     trace: Trace,
     scope: Scope,
     lat: pl.DataFrame,
-    acceptance: dict[str, Any] | None,
+    acceptance: Acceptance | None,
     range_counts: dict[str, int],
 ) -> TokenCount:
     """The output tokens from the first source that answers (see the module docs)."""

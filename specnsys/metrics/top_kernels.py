@@ -18,17 +18,52 @@ sample-like work.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
 from specnsys.attribution.categories import categorize_ops
 
 if TYPE_CHECKING:
+    from specnsys.attribution.timeline import KernelNameRow
     from specnsys.ingest import Trace
     from specnsys.metrics.events import Scope
 
-__all__ = ["TOP_KERNELS", "top_kernels_by_phase"]
+__all__ = ["TOP_KERNELS", "PhaseKernels", "TopKernels", "top_kernels_by_phase"]
+
+
+class CategoryTime(TypedDict):
+    """A kernel category's summed time in a phase, and its share of the phase's kernel time."""
+
+    category: str
+    time_ns: int
+    share: float
+
+
+class KernelTime(TypedDict):
+    """One of a phase's largest kernels: launches, summed time and share of ``kernel_ns``."""
+
+    name: str
+    count: int
+    time_ns: int
+    share: float
+
+
+class PhaseKernels(TypedDict):
+    """A phase's summed kernel time, launches, categories and largest kernels."""
+
+    kernel_ns: int
+    kernels: int
+    categories: list[CategoryTime]
+    top: list[KernelTime]
+
+
+class TopKernels(TypedDict):
+    """``Analysis.top_kernels``: per phase its largest kernels (:func:`top_kernels_by_phase`)."""
+
+    per_phase: int
+    share_of: str
+    by_phase: dict[str, PhaseKernels]
 
 TOP_KERNELS = 5
 """Kernels listed per phase: enough to name what dominates, few enough to read."""
@@ -41,8 +76,8 @@ def top_kernels_by_phase(
     trace: Trace,
     scope: Scope,
     n: int = TOP_KERNELS,
-    kernel_names: list[dict[str, Any]] | None = None,
-) -> tuple[dict[str, Any] | None, str | None]:
+    kernel_names: list[KernelNameRow] | None = None,
+) -> tuple[TopKernels | None, str | None]:
     """``({"by_phase": {phase: {...}}, ...}, None)`` or ``(None, reason)``.
 
     Per phase: ``kernel_ns`` (summed clipped kernel time), ``kernels`` (launches),
@@ -60,7 +95,7 @@ def top_kernels_by_phase(
     return _summary(trace, scope, per_name, n), None
 
 
-def _summary(trace: Trace, scope: Scope, per_name: pl.DataFrame, n: int) -> dict[str, Any]:
+def _summary(trace: Trace, scope: Scope, per_name: pl.DataFrame, n: int) -> TopKernels:
     per_category = (
         categorize_ops(
             trace.connection, per_name.with_columns(op_kind=pl.lit("kernel")),
@@ -79,7 +114,7 @@ def _summary(trace: Trace, scope: Scope, per_name: pl.DataFrame, n: int) -> dict
         .group_by("phase", maintain_order=True)
         .head(n)
     )
-    by_phase: dict[str, Any] = {}
+    by_phase: dict[str, PhaseKernels] = {}
     for row in totals.sort(["kernel_ns", "phase"], descending=[True, False]).iter_rows(
         named=True
     ):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from specnsys.vocabulary import ACCELERABLE
 
@@ -37,10 +36,25 @@ __all__ = [
     "what_to_cut",
 ]
 
-def accelerable_phases(analysis: Mapping[str, Any]) -> tuple[str, ...]:
+def _mapping(value: object) -> Mapping[str, object]:
+    """*value* when it is a JSON object, else an empty one (a key the document lacks)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _int(value: object) -> int:
+    """A JSON number as an int; 0 for null or anything else."""
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def _wall(phases: Mapping[str, object], name: str) -> int:
+    """The ``wall_ns`` of phase *name* in an analysis document's ``phases`` (0 without it)."""
+    return _int(_mapping(phases.get(name)).get("wall_ns"))
+
+
+def accelerable_phases(analysis: Mapping[str, object]) -> tuple[str, ...]:
     """The accelerable phases that have time in *analysis* (all three when none has)."""
-    phases = analysis.get("phases") or {}
-    present = tuple(p for p in ACCELERABLE if int((phases.get(p) or {}).get("wall_ns") or 0) > 0)
+    phases = _mapping(analysis.get("phases"))
+    present = tuple(p for p in ACCELERABLE if _wall(phases, p) > 0)
     return present or ACCELERABLE
 
 
@@ -63,7 +77,9 @@ def speedup_if_cut(window: int, x: int, fraction: float) -> float:
     return math.inf if rest <= 0 else window / rest
 
 
-def generic_whatif(analysis: Mapping[str, Any], fractions: tuple[float, ...] = (0.5, 1.0)) -> dict[str, Any]:
+def generic_whatif(
+    analysis: Mapping[str, object], fractions: tuple[float, ...] = (0.5, 1.0)
+) -> dict[str, object]:
     """``whatif`` on a generic run: for every phase with time, largest first, the run's
     speedup if the phase got *fractions* shorter (``speedup_if_cut``): the only what-if a run
     without a draft model supports."""
@@ -71,7 +87,7 @@ def generic_whatif(analysis: Mapping[str, Any], fractions: tuple[float, ...] = (
     window = cut.window_ns
     rows = []
     for c in cut.candidates:
-        row = {"phase": c.phase, "wall_ns": c.wall_ns, "share": c.share}
+        row: dict[str, object] = {"phase": c.phase, "wall_ns": c.wall_ns, "share": c.share}
         for f in fractions:
             row[f"speedup_if_{round(f * 100)}pct_cut"] = _finite(speedup_if_cut(window, c.wall_ns, f))
         rows.append(row)
@@ -85,7 +101,7 @@ def generic_whatif(analysis: Mapping[str, Any], fractions: tuple[float, ...] = (
         "fractions": list(fractions),
         "cuts": rows,
         "not_available": {
-            "leviathan": (analysis.get("not_available") or {}).get("whatif")
+            "leviathan": _mapping(analysis.get("not_available")).get("whatif")
             or "needs alpha, k and c of a speculative run",
         },
     }
@@ -110,7 +126,7 @@ class CutCandidate:
     speedup_if_removed: float = math.inf
     """``W / (W - x)``: speedup of the whole run with only this phase gone."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "phase": self.phase,
             "wall_ns": self.wall_ns,
@@ -137,7 +153,7 @@ class WhatCut:
     not_available: str | None = None
     """Why there is no ranking (e.g. an empty window), else None."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "mode": self.mode,
             "window_ns": self.window_ns,
@@ -154,21 +170,19 @@ class WhatCut:
         }
 
 
-def what_to_cut(analysis: Mapping[str, Any]) -> WhatCut:
+def what_to_cut(analysis: Mapping[str, object]) -> WhatCut:
     """Rank the non-accelerable phases of *analysis* (an ``analyze --json`` dict).
 
     ``A`` is ``accelerable_ns`` when present, else the summed ``wall_ns`` of the accelerable
     phases; ``p = A / W`` over ``window_ns`` (the same denominator as every share
     of the analysis). Phases with no exclusive time are left out; ties keep phase-name order.
     """
-    mode = analysis.get("mode")
+    mode = told if isinstance(told := analysis.get("mode"), str) else None
     accel = accelerable_phases(analysis)
-    phases: Mapping[str, Mapping[str, Any]] = analysis.get("phases") or {}
-    window = int(analysis.get("window_ns") or 0)
-    a_ns = analysis.get("accelerable_ns")
-    if a_ns is None:
-        a_ns = sum(int(phases.get(p, {}).get("wall_ns") or 0) for p in accel)
-    a_ns = int(a_ns)
+    phases = _mapping(analysis.get("phases"))
+    window = _int(analysis.get("window_ns"))
+    given = analysis.get("accelerable_ns")
+    a_ns = _int(given) if given is not None else sum(_wall(phases, p) for p in accel)
     if window <= 0:
         return WhatCut(mode, window, a_ns, accel, None, None, [], "the analysis window is empty")
     if mode == "generic":
@@ -184,7 +198,7 @@ def what_to_cut(analysis: Mapping[str, Any]) -> WhatCut:
     for name in sorted(phases):
         if name in ACCELERABLE:
             continue
-        x = int(phases[name].get("wall_ns") or 0)
+        x = _wall(phases, name)
         if x <= 0:
             continue
         rest = window - x
@@ -201,13 +215,13 @@ def what_to_cut(analysis: Mapping[str, Any]) -> WhatCut:
     return WhatCut(mode, window, a_ns, accel, p, ceiling, candidates)
 
 
-def _generic(phases: Mapping[str, Mapping[str, Any]], window: int) -> WhatCut:
+def _generic(phases: Mapping[str, object], window: int) -> WhatCut:
     """Every phase with time, largest first: with nothing accelerable, the run's speedup if a
     phase went away is ``W / (W - x)``, so the largest phase is the one to cut first."""
     candidates = [
         CutCandidate(name, x, x / window, None, None, None, None, _removed(window, x))
         for name in sorted(phases)
-        if (x := int(phases[name].get("wall_ns") or 0)) > 0
+        if (x := _wall(phases, name)) > 0
     ]
     candidates.sort(key=lambda c: (-c.wall_ns, c.phase))
     return WhatCut(

@@ -9,12 +9,27 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from specnsys.metrics.structure import DRAFT_FORWARD_SOURCES
 from specnsys.metrics.tokens import source_words
+from specnsys.render.documents import (
+    ABDoc,
+    AnalysisDoc,
+    ComparisonDoc,
+    CutWhatIfDoc,
+    Nesting,
+    PhaseRow,
+    RankRow,
+    Spread,
+    Straggler,
+    ab_doc,
+    analysis_doc,
+    comparison_doc,
+    cut_whatif_doc,
+    leviathan_doc,
+)
 from specnsys.render.window_words import window_rule_words
 
 __all__ = [
@@ -31,16 +46,16 @@ MS = 1e6
 ROWS_PER_LINE_FROM = 16
 
 
-def render_json(doc: Any) -> str:
+def render_json(doc: object) -> str:
     """Strict JSON (no NaN/Infinity: the metrics use null for what is not available), indented
     by two spaces, except that a long list of objects (the per-request rows, 91k on the
     largest bench export) has one compact object per line: easier to scan and grep, and
     faster to write, as Python's indenting encoder is pure Python and the compact one C
     (docs/performance.md#attribution-and-metrics)."""
     marker = f"\x00rows-{uuid.uuid4().hex}-"  # cannot occur in the data
-    blocks: list[list[Any]] = []
+    blocks: list[list[object]] = []
 
-    def lift(value: Any) -> Any:
+    def lift(value: object) -> object:
         if isinstance(value, dict):
             return {k: lift(v) for k, v in value.items()}
         if isinstance(value, list):
@@ -100,10 +115,10 @@ def _warnings(warnings: list[str]) -> list[str]:
 # ---------------------------------------------------------------------------------- analyze
 
 
-def _headline(d: dict[str, Any]) -> list[str]:
+def _headline(d: AnalysisDoc) -> list[str]:
     phases = d["phases"]
     window = d["window_ns"]
-    acc_names = [p for p in d["accelerable_phases"] if phases.get(p, {}).get("wall_ns")]
+    acc_names = [p for p in d["accelerable_phases"] if _wall_ns(phases.get(p))]
     acc_text = " + ".join(f"{p} {_ms(phases[p]['wall_ns'])} ms" for p in acc_names) or "none"
     non_acc = d["non_accelerable"]
     rest = ", ".join(f"{r['phase']} {_pct(r['share'])}" for r in non_acc[:6])
@@ -134,12 +149,16 @@ def _headline(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _wall_ns(row: PhaseRow | None) -> int | None:
+    return row.get("wall_ns") if row else None
+
+
 def _short(name: str, limit: int = 40) -> str:
     """*name* cut to *limit* characters (engines' range texts can be whole argument lists)."""
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
-def _phase_table(d: dict[str, Any], width: int = 16, limit: int | None = None) -> list[str]:
+def _phase_table(d: AnalysisDoc, width: int = 16, limit: int | None = None) -> list[str]:
     """The phase table; *limit* cuts long phase names (a generic run's range texts)."""
     gpu = d["gpu"]
     head = f"{'phase':<{width}}{'wall ms':>11}{'share':>8}{'ranges':>8}{'ms/range':>10}"
@@ -166,7 +185,7 @@ def _phase_table(d: dict[str, Any], width: int = 16, limit: int | None = None) -
     return lines
 
 
-def _reassigned(nesting: dict[str, Any] | None) -> list[str]:
+def _reassigned(nesting: Nesting | None) -> list[str]:
     """One line naming the ranges whose nesting gave them another phase (a forward run by a
     prefill is prefill work, a draft model's own sampling is draft work)."""
     moved = (nesting or {}).get("reassigned") or {}
@@ -179,7 +198,7 @@ def _reassigned(nesting: dict[str, Any] | None) -> list[str]:
     return ["nesting by role: " + "; ".join(parts)]
 
 
-def _acceptance(d: dict[str, Any]) -> list[str]:
+def _acceptance(d: AnalysisDoc) -> list[str]:
     a = d["acceptance"]
     if a is None:
         return []
@@ -217,23 +236,24 @@ def _acceptance(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _latency(d: dict[str, Any]) -> list[str]:
+def _latency(d: AnalysisDoc) -> list[str]:
     lat = d["latency"]
     if not lat["latency_ns"]["count"]:
         return []
     cols = ("mean", "min", "p50", "p90", "p99", "max")
     lines = [f"{'per request (ms)':<18}{'n':>4}" + "".join(f"{c:>10}" for c in cols)]
-    for key, label in (("ttft_ns", "TTFT"), ("tpot_ns", "TPOT"), ("latency_ns", "end to end")):
-        dist = lat[key]
+    for dist, label in (
+        (lat["ttft_ns"], "TTFT"), (lat["tpot_ns"], "TPOT"), (lat["latency_ns"], "end to end"),
+    ):  # fmt: skip
         if not dist["count"]:
             continue
         lines.append(
-            f"{label:<18}{dist['count']:>4}" + "".join(f"{_ms(dist[c]):>10}" for c in cols)
+            f"{label:<18}{dist['count']:>4}" + "".join(f"{_ms(v):>10}" for v in _values(dist, cols))
         )
     return lines
 
 
-def _overhead(d: dict[str, Any]) -> list[str]:
+def _overhead(d: AnalysisDoc) -> list[str]:
     """The profiler's overhead per output token against the unprofiled control runs."""
     o = d.get("profiler_overhead")
     if not o or o.get("overhead") is None:
@@ -246,7 +266,7 @@ def _overhead(d: dict[str, Any]) -> list[str]:
     ]
 
 
-def _findings(d: dict[str, Any], limit: int = 5) -> list[str]:
+def _findings(d: AnalysisDoc, limit: int = 5) -> list[str]:
     """The expert-rule findings, largest first, with what each would give if removed."""
     f = d.get("findings")
     if not f or not f["findings"]:
@@ -262,7 +282,7 @@ def _findings(d: dict[str, Any], limit: int = 5) -> list[str]:
     return lines
 
 
-def _step_tails(d: dict[str, Any]) -> list[str]:
+def _step_tails(d: AnalysisDoc) -> list[str]:
     """Per decode step: the step, the time per output token and each phase, with their tails."""
     dist = d.get("step_distributions")
     if not dist:
@@ -270,16 +290,19 @@ def _step_tails(d: dict[str, Any]) -> list[str]:
     cols = ("mean", "p50", "p90", "p99", "max")
     lines = [f"{'per decode step (ms)':<22}{'n':>5}" + "".join(f"{c:>10}" for c in cols)]
     rows = [("step", dist["step_ns"])]
-    if dist.get("ns_per_token"):
-        rows.append(("per output token", dist["ns_per_token"]))
+    per_token = dist.get("ns_per_token")
+    if per_token:
+        rows.append(("per output token", per_token))
     rows += [(f"  {name}", spread) for name, spread in dist["phases"].items()]
     for label, s in rows:
-        lines.append(f"{label:<22}{s['count']:>5}" + "".join(f"{_ms(s[c]):>10}" for c in cols))
+        lines.append(
+            f"{label:<22}{s['count']:>5}" + "".join(f"{_ms(v):>10}" for v in _values(s, cols))
+        )
     lines.append(f"  ({dist['of']}; per output token: step time x batch / tokens)")
     return lines
 
 
-def _bandwidth(d: dict[str, Any]) -> list[str]:
+def _bandwidth(d: AnalysisDoc) -> list[str]:
     bw = d["bandwidth"]
     if not bw:
         return []
@@ -303,7 +326,7 @@ def _bandwidth(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _memory(d: dict[str, Any]) -> list[str]:
+def _memory(d: AnalysisDoc) -> list[str]:
     mem = d["device_memory"]
     if not mem:
         return []
@@ -317,7 +340,7 @@ def _memory(d: dict[str, Any]) -> list[str]:
 RANK_PHASE_ROWS = 12
 
 
-def _rank_label(r: dict[str, Any]) -> str:
+def _rank_label(r: RankRow) -> str:
     return f"r{r['rank']} pid {r['pid']}"
 
 
@@ -333,7 +356,7 @@ def _lag(ns: float | None) -> str:
     return f"{ns:g} ns"
 
 
-def straggler_line(s: dict[str, Any] | None) -> str:
+def straggler_line(s: Straggler | None) -> str:
     """One sentence on the straggler of a ``ranks`` document."""
     if s is None:
         return "straggler: none"
@@ -358,7 +381,7 @@ def straggler_line(s: dict[str, Any] | None) -> str:
     )
 
 
-def _why_this_process(ranks: list[dict[str, Any]]) -> str:
+def _why_this_process(ranks: list[RankRow]) -> str:
     """Why the default process is the one analysed (docs/design.md "Scope"): the rule that
     picked it, named by whether any process has phase ranges."""
     if any(row["ranges"] for r in ranks for row in r["phases"].values()):
@@ -366,7 +389,7 @@ def _why_this_process(ranks: list[dict[str, Any]]) -> str:
     return "no process has phase ranges: the one with the most GPU ops"
 
 
-def _ranks(d: dict[str, Any]) -> list[str]:
+def _ranks(d: AnalysisDoc) -> list[str]:
     """Per process: window, phases (top rows by total wall time), NCCL, and the straggler."""
     doc = d.get("ranks")
     if not doc:
@@ -414,7 +437,7 @@ def _ranks(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def unlisted(d: Mapping[str, Any]) -> tuple[str, ...]:
+def unlisted(d: AnalysisDoc) -> tuple[str, ...]:
     """Keys of ``not_available`` that a reader of the text (or the report) is not missing:
     ``ranks`` (one process analysed is the single-process view: nothing to say where nothing
     changed) and ``os_runtime``, except for a generic run without GPU work, where the OS
@@ -425,7 +448,7 @@ def unlisted(d: Mapping[str, Any]) -> tuple[str, ...]:
     return ("ranks", "os_runtime")
 
 
-def _window_basis(d: dict[str, Any]) -> str:
+def _window_basis(d: AnalysisDoc) -> str:
     """What set the window, in words (``window_source``; inferred for an older result), and
     the ``--window`` rule with what it dropped."""
     return _default_window_basis(d) + window_rule_words(
@@ -433,7 +456,7 @@ def _window_basis(d: dict[str, Any]) -> str:
     )
 
 
-def _default_window_basis(d: dict[str, Any]) -> str:
+def _default_window_basis(d: AnalysisDoc) -> str:
     source = d.get("window_source")
     if source == "requests" or (source is None and d["requests"]):
         return "first request start to last request end"
@@ -450,7 +473,7 @@ def _default_window_basis(d: dict[str, Any]) -> str:
     return "no request ranges: the span of the process's ranges and GPU work"
 
 
-def _os_runtime(d: dict[str, Any], limit: int = 5) -> list[str]:
+def _os_runtime(d: AnalysisDoc, limit: int = 5) -> list[str]:
     """The process's largest OS runtime functions: what its CPU threads waited on or did."""
     osrt = d.get("os_runtime")
     if not osrt:
@@ -468,7 +491,7 @@ def _os_runtime(d: dict[str, Any], limit: int = 5) -> list[str]:
     return lines
 
 
-def _generic_headline(d: dict[str, Any]) -> list[str]:
+def _generic_headline(d: AnalysisDoc) -> list[str]:
     """A generic run's answer: where the time went, how busy the GPU was, what to cut."""
     from specnsys.metrics.whatcut import what_to_cut
 
@@ -492,11 +515,23 @@ def _generic_headline(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _finite(x: float) -> float | None:
+def _finite(x: float | None) -> float | None:
     return x if x != float("inf") else None
 
 
-def _top_kernels(d: dict[str, Any], max_phases: int = 4, per_phase: int = 3) -> list[str]:
+def _values(s: Spread, keys: Sequence[str]) -> list[float | None]:
+    """The statistics *keys* (``mean``, ``min``, ``p50``, ...) of the distribution *s*."""
+    every = {"mean": s["mean"], "min": s["min"], "p50": s["p50"], "p90": s["p90"],
+             "p99": s["p99"], "max": s["max"]}  # fmt: skip
+    return [every[key] for key in keys]
+
+
+def _number(value: object) -> float | None:
+    """*value* when it is a number (a cut row's figures), else None (JSON null)."""
+    return value if isinstance(value, int | float) else None
+
+
+def _top_kernels(d: AnalysisDoc, max_phases: int = 4, per_phase: int = 3) -> list[str]:
     tk = d.get("top_kernels")
     if not tk:
         return []
@@ -519,8 +554,10 @@ def _top_kernels(d: dict[str, Any], max_phases: int = 4, per_phase: int = 3) -> 
     return lines
 
 
-def render_analysis_text(d: dict[str, Any]) -> str:
-    """The ``analyze`` report: the answer first, then the evidence, then what is missing."""
+def render_analysis_text(doc: Mapping[str, object]) -> str:
+    """The ``analyze`` report of an ``analyze --json`` document: the answer first, then the
+    evidence, then what is missing."""
+    d = analysis_doc(doc)
     if d["mode"] == "generic":
         return _render_generic_text(d)
     mode = "speculative run" if d["mode"] == "spec" else "baseline run"
@@ -554,7 +591,7 @@ def render_analysis_text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _render_generic_text(d: dict[str, Any]) -> str:
+def _render_generic_text(d: AnalysisDoc) -> str:
     lines = [
         f"{_name(d['path'])}: generic run, process {d['pid']}, phases by rules '{d['rules']}'",
         f"window {_ms(d['window_ns'])} ms ({_window_basis(d)})",
@@ -580,7 +617,7 @@ def _render_generic_text(d: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------- compare
 
 
-def _ab_detail(c: dict[str, Any], max_rows: int = 30) -> list[str]:
+def _ab_detail(c: ABDoc, max_rows: int = 30) -> list[str]:
     """An A/B diff: what moved first, then every phase of either run."""
     w = c["window_ns"]
     lines = [
@@ -631,7 +668,7 @@ def _signed_ms(ns: float | None) -> str:
 
 
 
-def _comparison_detail(c: dict[str, Any]) -> list[str]:
+def _comparison_detail(c: ComparisonDoc) -> list[str]:
     k = f" (k = {c['k']})" if c.get("k") else ""
     lines = [
         f"{_name(c['baseline'])} (baseline) vs {_name(c['spec'])}{k}",
@@ -684,7 +721,7 @@ def _comparison_detail(c: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _comparison_phase_rows(c: dict[str, Any]) -> list[str]:
+def _comparison_phase_rows(c: ComparisonDoc) -> list[str]:
     """The per-phase table of a comparison: ms per token on each side, the delta and the
     share of the gap each phase explains, non-accelerable phases first."""
     lines = [f"{'phase':<16}{'base ms/tok':>12}{'spec ms/tok':>12}{'delta':>10}{'gap share':>11}"]
@@ -706,7 +743,7 @@ def _comparison_phase_rows(c: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _comparison_costs(c: dict[str, Any]) -> list[str]:
+def _comparison_costs(c: ComparisonDoc) -> list[str]:
     """c, verify over a baseline forward (with the 1.3 warning), Leviathan's what-if and the
     verify memory peak, where the comparison has them."""
     extra = []
@@ -734,7 +771,7 @@ def _comparison_costs(c: dict[str, Any]) -> list[str]:
     return extra
 
 
-def _tokens(c: dict[str, Any], run: str) -> str:
+def _tokens(c: ComparisonDoc, run: str) -> str:
     """One run's output tokens in a comparison, with the source of the count."""
     n = c["tokens"][run]
     source = (c.get("tokens_source") or {}).get(run)
@@ -749,12 +786,13 @@ def _signed_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.1%}"
 
 
-def render_comparisons_text(comparisons: list[dict[str, Any]]) -> str:
+def render_comparisons_text(docs: Sequence[Mapping[str, object]]) -> str:
     """One comparison in detail; several as one sweep table followed by each in detail. A/B
     diffs (``kind: ab``) are each shown in detail, one after the other."""
-    if comparisons and all(c.get("kind") == "ab" for c in comparisons):
-        blocks = [_ab_detail(c) for c in comparisons]
-        return "\n\n".join("\n".join(b) for b in blocks)
+    ab = [ab_doc(c) for c in docs if c.get("kind") == "ab"]
+    if ab and len(ab) == len(docs):
+        return "\n\n".join("\n".join(_ab_detail(c)) for c in ab)
+    comparisons = [comparison_doc(c) for c in docs]
     if len(comparisons) == 1:
         return "\n".join(_comparison_detail(comparisons[0]))
     lines = [
@@ -776,10 +814,11 @@ def render_comparisons_text(comparisons: list[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------------------------- whatif
 
 
-def render_whatif_text(w: dict[str, Any], sources: dict[str, str] | None = None) -> str:
+def render_whatif_text(doc: Mapping[str, object], sources: dict[str, str] | None = None) -> str:
     """Leviathan's expected speedup by k, the best k, and the Amdahl-limited end-to-end result."""
-    if w.get("kind") == "cut":
-        return _render_cut_text(w)
+    if doc.get("kind") == "cut":
+        return _render_cut_text(cut_whatif_doc(doc))
+    w = leviathan_doc(doc)
     src = sources or {}
 
     def origin(key: str) -> str:
@@ -823,11 +862,11 @@ def render_whatif_text(w: dict[str, Any], sources: dict[str, str] | None = None)
     return "\n".join(lines)
 
 
-def _render_cut_text(w: dict[str, Any]) -> str:
+def _render_cut_text(w: CutWhatIfDoc) -> str:
     """``whatif`` on a generic run: the run's speedup if each phase were cut."""
     keys = [f"speedup_if_{round(f * 100)}pct_cut" for f in w["fractions"]]
     heads = [f"{round(f * 100)}% cut" for f in w["fractions"]]
-    width = max([16, *(min(len(r["phase"]), 40) + 2 for r in w["cuts"])])
+    width = max([16, *(min(len(str(r["phase"])), 40) + 2 for r in w["cuts"])])
     lines = [
         f"{_name(w['path'])}: generic run, window {_ms(w['window_ns'])} ms; "
         "run speedup if one phase got shorter (W / (W - cut))",
@@ -836,8 +875,8 @@ def _render_cut_text(w: dict[str, Any]) -> str:
     ]
     for r in w["cuts"][:30]:
         lines.append(
-            f"{_short(r['phase']):<{width}}{_ms(r['wall_ns']):>11}{_pct(r['share']):>8}"
-            + "".join(f"{_x(r[k]):>10}" for k in keys)
+            f"{_short(str(r['phase'])):<{width}}{_ms(_number(r['wall_ns'])):>11}"
+            f"{_pct(_number(r['share'])):>8}" + "".join(f"{_x(_number(r[k])):>10}" for k in keys)
         )
     lines += _not_available(w["not_available"])
     return "\n".join(lines)

@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from specnsys.metrics.tokens import source_words
 from specnsys.render.analyze_text import straggler_line, unlisted
+from specnsys.render.documents import (
+    ABDoc,
+    AnalysisDoc,
+    ComparisonDoc,
+    RanksDoc,
+    Spread,
+    WhatCutDoc,
+    is_ab,
+)
 from specnsys.render.palette import phase_color
 
 __all__ = ["ReportFigure", "inline_svg", "render_report_html"]
@@ -90,15 +98,20 @@ def _with_unit(text: str, unit: str) -> str:
     return text if text == "n/a" else f"{text} {unit}"
 
 
-def _signed(share: float | None) -> str:
-    return "n/a" if share is None else f"{share:+.1%}"
+def _signed(share: float | None, fmt: str = "+.1%") -> str:
+    return "n/a" if share is None else format(share, fmt)
+
+
+def _delta_ms(ns: float | None, fmt: str) -> str:
+    """A change in ns, as ms formatted by *fmt* (``+.3f``): ``n/a`` when there is none."""
+    return "n/a" if ns is None else format(ns / 1e6, fmt)
 
 
 def _num(value: float | int | None, fmt: str = ".3f") -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def _tokens(a: Mapping[str, Any]) -> str:
+def _tokens(a: AnalysisDoc) -> str:
     """The output tokens and, when counted, where the count came from."""
     if a.get("tokens") is None:
         return "n/a"
@@ -188,55 +201,22 @@ def inline_svg(svg: str, prefix: str, label: str) -> str:
     return tag + body[tag_end:]
 
 
-def _run_of(whatcut: Mapping[str, Any]) -> str:
+def _run_of(whatcut: WhatCutDoc) -> str:
     """The run a what-to-cut speedup is over: the baseline run (the Amdahl figure's frame) when
     the cut was computed on one, else the run analyzed."""
     return "the baseline run" if whatcut.get("mode") == "baseline" else "this run"
 
 
 def _answer(
-    runs: Sequence[tuple[str, Mapping[str, Any]]],
-    comparison: Mapping[str, Any] | None,
-    whatcut: Mapping[str, Any],
+    runs: Sequence[tuple[str, AnalysisDoc]],
+    comparison: ComparisonDoc | ABDoc | None,
+    whatcut: WhatCutDoc,
 ) -> str:
     lines: list[str] = []
-    c = comparison
-    if c is not None and c.get("kind") == "ab":
-        lines += _ab_answer(c)
-        c = None
-    if c is not None and c.get("measured_speedup") is not None:
-        m = c["measured_speedup"]
-        faster = "faster" if m >= 1 else "slower"
-        lines.append(
-            f"Speculative decoding ran at <b>{_x(m)}</b> the baseline's speed per output token "
-            f"({faster}). Amdahl's law predicted <b>{_x(c.get('predicted_speedup'))}</b> from the "
-            f"baseline's bottleneck share p = {_num(c.get('p'), '.2f')} and r = "
-            f"{_num(c.get('r'), '.2f')} (the accelerable part's speedup per token): the gap is "
-            f"{_signed(c.get('gap'))}"
-            + (
-                ""
-                if c.get("prediction_holds") is None
-                else (
-                    ", within the 10% tolerance."
-                    if c["prediction_holds"]
-                    else ", outside the 10% tolerance."
-                )
-            )
-        )
-        if c.get("r") is not None and c["r"] < 1:
-            lines.append(
-                "r &lt; 1: draft + verify cost more per output token than the baseline's forward "
-                "passes, so speculation slows the accelerable part down; no bottleneck share "
-                "can turn that into a speedup."
-            )
-        moved = c.get("moved_phase")
-        if moved:  # c is a baseline/spec comparison here
-            contribution = (c.get("phases") or {}).get(moved, {}).get("gap_contribution")
-            lines.append(
-                f"Where prediction and measurement part: {_phase(moved)} moved the most per "
-                f"output token; its gap contribution is {_signed(contribution)} of the "
-                f"{_signed(c.get('gap'))} gap (the phase table below breaks the gap down)."
-            )
+    if comparison is not None and is_ab(comparison):
+        lines += _ab_answer(comparison)
+    elif comparison is not None:
+        lines += _comparison_answer(comparison)
     ceiling = whatcut.get("ceiling")
     if whatcut.get("p") is not None:
         names = " + ".join(whatcut.get("accelerable") or [])
@@ -267,13 +247,53 @@ def _answer(
     elif whatcut.get("not_available"):
         lines.append(f"What to cut: not available ({_e(whatcut['not_available'])}).")
     warnings = [w for _label, a in runs for w in a.get("warnings") or []]
-    warnings += list((comparison or {}).get("warnings") or [])
+    warnings += (None if comparison is None else comparison.get("warnings")) or []
     out = [f"<p>{line}</p>" for line in lines]
     out += [f'<p class="warn">Warning: {_e(w)}</p>' for w in dict.fromkeys(warnings)]
     return "\n".join(out)
 
 
-def _ab_answer(c: Mapping[str, Any]) -> list[str]:
+def _comparison_answer(c: ComparisonDoc) -> list[str]:
+    """The answer for a baseline and a speculative run: measured against predicted, and the
+    phase that moved most."""
+    m = c.get("measured_speedup")
+    if m is None:
+        return []
+    faster = "faster" if m >= 1 else "slower"
+    holds = c.get("prediction_holds")
+    lines = [
+        f"Speculative decoding ran at <b>{_x(m)}</b> the baseline's speed per output token "
+        f"({faster}). Amdahl's law predicted <b>{_x(c.get('predicted_speedup'))}</b> from the "
+        f"baseline's bottleneck share p = {_num(c.get('p'), '.2f')} and r = "
+        f"{_num(c.get('r'), '.2f')} (the accelerable part's speedup per token): the gap is "
+        f"{_signed(c.get('gap'))}"
+        + (
+            ""
+            if holds is None
+            else (", within the 10% tolerance." if holds else ", outside the 10% tolerance.")
+        )
+    ]
+    r = c.get("r")
+    if r is not None and r < 1:
+        lines.append(
+            "r &lt; 1: draft + verify cost more per output token than the baseline's forward "
+            "passes, so speculation slows the accelerable part down; no bottleneck share "
+            "can turn that into a speedup."
+        )
+    moved = c.get("moved_phase")
+    if moved:
+        phases = c.get("phases")
+        row = phases.get(moved) if phases else None
+        contribution = row.get("gap_contribution") if row else None
+        lines.append(
+            f"Where prediction and measurement part: {_phase(moved)} moved the most per "
+            f"output token; its gap contribution is {_signed(contribution)} of the "
+            f"{_signed(c.get('gap'))} gap (the phase table below breaks the gap down)."
+        )
+    return lines
+
+
+def _ab_answer(c: ABDoc) -> list[str]:
     """The answer for an A/B pair: how the window changed and which phase moved it."""
     w = c["window_ns"]
     lines = [
@@ -296,7 +316,7 @@ def _ab_answer(c: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _ab_section(c: Mapping[str, Any]) -> str:
+def _ab_section(c: ABDoc) -> str:
     """The A/B table: each phase's time and share in both runs, and the change."""
     rows = [
         [
@@ -307,7 +327,7 @@ def _ab_section(c: Mapping[str, Any]) -> str:
             _pct(r["b_share"]),
             f"{r['delta_ns'] / 1e6:+.3f}",
             _signed(r.get("delta_pct")),
-            "n/a" if r.get("gpu_busy_delta_ns") is None else f"{r['gpu_busy_delta_ns'] / 1e6:+.3f}",
+            _delta_ms(r["gpu_busy_delta_ns"], "+.3f"),
         ]
         for name, r in sorted(c["phases"].items(), key=lambda kv: -abs(kv[1]["delta_ns"]))
     ]
@@ -320,7 +340,7 @@ def _ab_section(c: Mapping[str, Any]) -> str:
     return intro + _table(head, rows, left=1)
 
 
-def _whatcut_section(whatcut: Mapping[str, Any]) -> str:
+def _whatcut_section(whatcut: WhatCutDoc) -> str:
     candidates = whatcut.get("candidates") or []
     if not candidates:
         reason = whatcut.get("not_available") or "no non-accelerable time"
@@ -362,7 +382,7 @@ def _whatcut_section(whatcut: Mapping[str, Any]) -> str:
     return intro + _table(head, rows, left=2)
 
 
-def _compare_section(c: Mapping[str, Any]) -> str:
+def _compare_section(c: ComparisonDoc) -> str:
     summary = [
         ["p (baseline accelerable share)", _num(c.get("p"), ".4f")],
         ["r (accelerable speedup per token)", _num(c.get("r"), ".4f")],
@@ -381,15 +401,12 @@ def _compare_section(c: Mapping[str, Any]) -> str:
                 _phase(name),
                 _ms(r.get("baseline_ns_per_token"), 4),
                 _ms(r.get("spec_ns_per_token"), 4),
-                "n/a"
-                if r.get("delta_ns_per_token") is None
-                else f"{r['delta_ns_per_token'] / 1e6:+,.4f}",
+                _delta_ms(r["delta_ns_per_token"], "+,.4f"),
                 _pct(r.get("baseline_share")),
                 _pct(r.get("spec_share")),
                 "accelerable"
                 if r.get("accelerable")
-                else ("n/a" if r.get("gap_contribution") is None
-                      else format(r["gap_contribution"], "+.2%")),
+                else _signed(r["gap_contribution"], "+.2%"),
             ]
         )  # fmt: skip
         classes.append("accelerable" if r.get("accelerable") else "")
@@ -404,11 +421,11 @@ def _compare_section(c: Mapping[str, Any]) -> str:
     )
 
 
-def _analysis_block(label: str, a: Mapping[str, Any]) -> str:
-    acc = a.get("acceptance") or {}
-    latency = a.get("latency") or {}
-    ttft = (latency.get("ttft_ns") or {}).get("p50")
-    tpot = (latency.get("tpot_ns") or {}).get("p50")
+def _analysis_block(label: str, a: AnalysisDoc) -> str:
+    acc = a.get("acceptance")
+    latency = a.get("latency")
+    ttft = _p50(latency.get("ttft_ns") if latency else None)
+    tpot = _p50(latency.get("tpot_ns") if latency else None)
     summary = [
         ["mode", _e(a.get("mode"))],
         ["window", _with_unit(_ms(a.get("window_ns")), "ms")],
@@ -460,9 +477,10 @@ def _analysis_block(label: str, a: Mapping[str, Any]) -> str:
     )
 
 
-def _findings_block(a: Mapping[str, Any], limit: int = 10) -> str:
+def _findings_block(a: AnalysisDoc, limit: int = 10) -> str:
     """The expert-rule findings inside the steps (metrics/findings.py), largest first."""
-    found = (a.get("findings") or {}).get("findings") or []
+    findings = a.get("findings")
+    found = (findings.get("findings") if findings else None) or []
     if not found:
         return ""
     rows = [
@@ -476,25 +494,30 @@ def _findings_block(a: Mapping[str, Any], limit: int = 10) -> str:
     )  # fmt: skip
 
 
-def _step_tails_block(a: Mapping[str, Any]) -> str:
+def _step_tails_block(a: AnalysisDoc) -> str:
     """Per decode step: the step, the time per output token and each phase, with tails."""
     dist = a.get("step_distributions")
     if not dist:
         return ""
     rows = [["step", *_spread(dist["step_ns"])]]
-    if dist.get("ns_per_token"):
-        rows.append(["per output token", *_spread(dist["ns_per_token"])])
+    per_token = dist.get("ns_per_token")
+    if per_token:
+        rows.append(["per output token", *_spread(per_token)])
     rows += [[_phase(name), *_spread(s)] for name, s in dist["phases"].items()]
     return f"<p>Per decode step, ms ({_e(dist['of'])}):</p>" + _table(
         ["", "n", "p50", "p90", "p99", "max"], rows
     )
 
 
-def _spread(s: Mapping[str, Any]) -> list[str]:
+def _p50(spread: Spread | None) -> float | None:
+    return spread.get("p50") if spread else None
+
+
+def _spread(s: Spread) -> list[str]:
     return [_num(s["count"], ","), *(_ms(s[q]) for q in ("p50", "p90", "p99", "max"))]
 
 
-def _os_runtime_block(a: Mapping[str, Any], limit: int = 10) -> str:
+def _os_runtime_block(a: AnalysisDoc, limit: int = 10) -> str:
     """A generic run's OS runtime calls by function (what its CPU threads waited on or did
     outside CUDA); empty for a model run (its JSON has them) or without any."""
     osrt = a.get("os_runtime")
@@ -509,7 +532,7 @@ def _os_runtime_block(a: Mapping[str, Any], limit: int = 10) -> str:
     )
 
 
-def _processes_block(doc: Mapping[str, Any] | None, shown_pid: object) -> str:
+def _processes_block(doc: RanksDoc | None, shown_pid: object) -> str:
     """Every process of a multi-process run (``analyze``'s ``ranks``): its window, GPU busy,
     NCCL kernel time and step lag, the union window and the straggler; empty for one process."""
     if not doc:
@@ -547,7 +570,7 @@ def _processes_block(doc: Mapping[str, Any] | None, shown_pid: object) -> str:
 
 
 def _not_available(
-    runs: Sequence[tuple[str, Mapping[str, Any]]], comparison: Mapping[str, Any] | None
+    runs: Sequence[tuple[str, AnalysisDoc]], comparison: ComparisonDoc | ABDoc | None
 ) -> str:
     rows = [
         [_e(label), _e(metric), f'<span class="text">{_e(reason)}</span>']
@@ -557,7 +580,9 @@ def _not_available(
     ]
     rows += [
         ["comparison", _e(metric), f'<span class="text">{_e(reason)}</span>']
-        for metric, reason in ((comparison or {}).get("not_available") or {}).items()
+        for metric, reason in (
+            (None if comparison is None else comparison.get("not_available")) or {}
+        ).items()
     ]
     if not rows:
         return "<p>Everything the report shows could be measured from these traces.</p>"
@@ -566,9 +591,9 @@ def _not_available(
 
 def render_report_html(
     *,
-    runs: Sequence[tuple[str, Mapping[str, Any]]],
-    comparison: Mapping[str, Any] | None,
-    whatcut: Mapping[str, Any],
+    runs: Sequence[tuple[str, AnalysisDoc]],
+    comparison: ComparisonDoc | ABDoc | None,
+    whatcut: WhatCutDoc,
     figures: Sequence[ReportFigure],
     timeline_label: str | None = None,
     version: str = "",
@@ -606,7 +631,7 @@ def render_report_html(
         + _whatcut_section(whatcut)
         + "</section>",
     ]
-    if comparison is not None and comparison.get("kind") == "ab":
+    if comparison is not None and is_ab(comparison):
         parts.append(
             '<section id="compare"><h2>Compare: A/B, phase by phase</h2>'
             + _ab_section(comparison)

@@ -37,14 +37,18 @@ evenly by *n* phases whose GPU work ran at once, so a phase's exact total is
 from __future__ import annotations
 
 import gzip
+import io
 import json
-from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import IO, TYPE_CHECKING, Protocol, TypeAlias, TypedDict
 
 from specnsys.metrics.timeline_export import TimelineExport
 
+if TYPE_CHECKING:
+    from specnsys.render.renderer import RenderOptions
+
 __all__ = [
-    "PHASE_CNAMES", "metadata_events", "other_data", "render_events", "trace_document",
+    "PHASE_CNAMES", "Event", "ExportSource", "OtherData", "TraceDocument", "metadata_events", "render", "write", "other_data", "render_events", "trace_document",
     "write_trace_json",
 ]  # fmt: skip
 
@@ -78,17 +82,49 @@ ROUNDING = (
 )
 
 
+Event: TypeAlias = dict[str, object]
+"""One trace event: a JSON object this module writes and never reads back (its fields per
+``ph`` are the trace-event format's)."""
+
+
+class OtherData(TypedDict):
+    """``otherData``: what the export holds and how to read it."""
+
+    generator: str
+    trace: str
+    pid: int | None
+    driver_tid: int | None
+    time_origin: str
+    window_start_ns: int
+    window_end_ns: int
+    export_end_ns: int
+    window_rule: str
+    window_dropped: Mapping[str, object] | None
+    rules: str
+    phase_wall_ns: dict[str, int]
+    rounding: str
+    dropped: Mapping[str, object] | None
+
+
+class TraceDocument(TypedDict):
+    """The whole Chrome trace-event document (JSON object format)."""
+
+    displayTimeUnit: str
+    otherData: OtherData
+    traceEvents: list[Event]
+
+
 def _us(t: int, origin: int) -> float:
     return (t - origin) / 1000
 
 
 def _slices(
-    rows: Iterable[tuple[int, int, dict[str, Any]]], origin: int
-) -> Iterator[dict[str, Any]]:
+    rows: Iterable[tuple[int, int, Event]], origin: int
+) -> Iterator[Event]:
     """``B``/``E`` events of one track's slices (*rows*: ``start, end, event fields``, sorted
     by start then end descending, and nesting): each slice's end comes when the next slice
     starts at or after it, or at the end."""
-    stack: list[tuple[int, dict[str, Any]]] = []
+    stack: list[tuple[int, Event]] = []
     for s, e, base in rows:
         while stack and stack[-1][0] <= s:
             end, top = stack.pop()
@@ -122,12 +158,12 @@ def _driver_name(data: TimelineExport) -> str:
     return data.driver_name or f"thread {data.driver_tid}"
 
 
-def metadata_events(data: TimelineExport) -> list[dict[str, Any]]:
+def metadata_events(data: TimelineExport) -> list[Event]:
     """Names and sort indices of every process and track the rows draw."""
     pid = _pid(data)
     name = data.process_name or "process"
 
-    def meta(kind: str, p: int, args: dict[str, Any], tid: int = 0) -> dict[str, Any]:
+    def meta(kind: str, p: int, args: dict[str, object], tid: int = 0) -> Event:
         return {"ph": "M", "name": kind, "pid": p, "tid": tid, "args": args}
 
     events = [
@@ -160,7 +196,7 @@ def metadata_events(data: TimelineExport) -> list[dict[str, Any]]:
     return events
 
 
-def render_events(data: TimelineExport) -> Iterator[dict[str, Any]]:
+def render_events(data: TimelineExport) -> Iterator[Event]:
     """Every event of the export: :func:`metadata_events`, then the rows (see the module
     docs), one event each, by track and time."""
     yield from metadata_events(data)
@@ -227,7 +263,7 @@ _COUNTER_NAMES = {"accepted": "accepted drafts", "tokens": "output tokens", "gpu
 _COUNTER_KEYS = {"accepted": "accepted", "tokens": "tokens", "gpu_busy": "busy"}
 
 
-def _step_events(data: TimelineExport, pid: int) -> Iterator[dict[str, Any]]:
+def _step_events(data: TimelineExport, pid: int) -> Iterator[Event]:
     origin = data.start_ns
     counters = data.counters()
     steps = data.steps
@@ -246,7 +282,7 @@ def _step_events(data: TimelineExport, pid: int) -> Iterator[dict[str, Any]]:
                    "args": {_COUNTER_KEYS[c]: 0}}  # fmt: skip
 
 
-def other_data(data: TimelineExport, trace: str) -> dict[str, Any]:
+def other_data(data: TimelineExport, trace: str) -> OtherData:
     """``otherData``: what the export holds and how to read it."""
     b = data.breakdown
     walls = dict(zip(b.frame["phase"].to_list(), b.frame["wall_ns"].to_list(), strict=True))
@@ -297,10 +333,35 @@ def write_trace_json(
     return count
 
 
-def trace_document(data: TimelineExport, trace: str) -> dict[str, Any]:
+def trace_document(data: TimelineExport, trace: str) -> TraceDocument:
     """The whole document as one object (for a notebook or a test; the CLI streams)."""
     return {
         "displayTimeUnit": "ns",
         "otherData": other_data(data, trace),
         "traceEvents": list(render_events(data)),
     }
+
+
+class ExportSource(Protocol):
+    """What the export renderer reads of a result (:class:`specnsys.api.Export`): the timeline
+    export and the path of the trace it came from."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def data(self) -> TimelineExport: ...
+
+
+def write(source: ExportSource, options: RenderOptions, handle: IO[bytes]) -> int:
+    """The registry's streaming renderer (``export --format perfetto``): the document written
+    to *handle*, gzip with ``options.compress``; the number of events."""
+    return write_trace_json(source.data, source.path, handle, compress=options.compress)
+
+
+def render(source: ExportSource, options: RenderOptions) -> bytes:
+    """The registry's renderer: the whole document as bytes (gzip with ``options.compress``),
+    the same bytes :func:`write` streams."""
+    buffer = io.BytesIO()
+    write(source, options, buffer)
+    return buffer.getvalue()

@@ -6,7 +6,7 @@ Pure rendering: the numbers come from the attribution engine; this module only f
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypedDict
 
 import polars as pl
 
@@ -127,7 +127,25 @@ def render_phases_text(
     return "\n".join(lines)
 
 
-def categories_dict(table: pl.DataFrame) -> dict[str, object]:
+class CategoryRow(TypedDict):
+    """One kernel category of :func:`categories_dict`."""
+
+    category: str
+    ops: int
+    gpu_ns: int
+    share: float
+    by_phase: dict[str, int]
+
+
+class Categories(TypedDict):
+    """``phases --by category``'s ``categories``."""
+
+    shares_of: str
+    gpu_op_ns: int
+    rows: list[CategoryRow]
+
+
+def categories_dict(table: pl.DataFrame) -> Categories:
     """GPU op time per kernel category (``phases --by category``), largest first, each with its
     split over phases; shares are of the summed GPU op time of the window (``gpu_op_ns``)."""
     total = int(table["gpu_ns"].sum()) if table.height else 0
@@ -136,7 +154,7 @@ def categories_dict(table: pl.DataFrame) -> dict[str, object]:
         .agg(pl.col("ops").sum(), pl.col("gpu_ns").sum())
         .sort(["gpu_ns", "category"], descending=[True, False])
     )
-    rows = []
+    rows: list[CategoryRow] = []
     for r in per_category.iter_rows(named=True):
         parts = table.filter(pl.col("category") == r["category"]).sort(
             ["gpu_ns", "phase"], descending=[True, False]
@@ -157,8 +175,7 @@ def render_categories_text(table: pl.DataFrame, top_phases: int = 3) -> str:
     """The terminal table of :func:`categories_dict`: one line per category, with the phases
     that launched most of its time."""
     doc = categories_dict(table)
-    total = int(doc["gpu_op_ns"])  # type: ignore[call-overload]
-    rows: list[dict[str, Any]] = doc["rows"]  # type: ignore[assignment]
+    total, rows = doc["gpu_op_ns"], doc["rows"]
     if not rows:
         return "kernel categories: no GPU work in the window"
     ms = 1e6

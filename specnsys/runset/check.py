@@ -42,9 +42,10 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from specnsys.errors import BadInputError, UsageError
 
@@ -96,7 +97,8 @@ class Run:
 
     source: str
     labels: dict[str, str]
-    doc: dict[str, Any]
+    doc: Mapping[str, object]
+    """Its ``analyze --json`` document (read back from a dataset, or of the trace itself)."""
     data_warnings: tuple[str, ...] = ()
 
     def key(self) -> tuple[tuple[str, str], ...]:
@@ -131,15 +133,27 @@ def _runs_of(path: str | Path, rules: str | None, use_cache: bool) -> tuple[list
     return [Run(str(path), {}, analysis.to_dict(), analysis.data_warnings)], {}
 
 
-def _measure(doc: dict[str, Any], per_token: bool) -> tuple[dict[str, float], dict[str, float]]:
+def _number(value: object, what: str) -> float:
+    """*value*, a number of an analysis document (BadInputError naming *what* otherwise)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    raise BadInputError(f"an analysis document has no number for {what} (got {value!r})")
+
+
+def _measure(doc: Mapping[str, object], per_token: bool) -> tuple[dict[str, float], dict[str, float]]:
     """``total`` and each phase's exclusive wall time, and each phase's range count, per output
     token or per run."""
-    divisor = float(doc["tokens"]) if per_token else 1.0
-    times = {"total": doc["window_ns"] / divisor}
+    divisor = float(_number(doc["tokens"], "tokens")) if per_token else 1.0
+    times = {"total": _number(doc["window_ns"], "window_ns") / divisor}
     ranges = {}
-    for name, row in doc["phases"].items():
-        times[name] = row["wall_ns"] / divisor
-        ranges[name] = (row.get("ranges") or 0) / divisor
+    phases = doc["phases"]
+    if not isinstance(phases, Mapping):
+        raise BadInputError(f"an analysis document's phases are not an object (got {phases!r})")
+    for name, row in phases.items():
+        if not isinstance(row, Mapping):
+            raise BadInputError(f"an analysis document's phase {name} is not an object")
+        times[name] = _number(row["wall_ns"], f"{name}.wall_ns") / divisor
+        ranges[name] = _number(row.get("ranges") or 0, f"{name}.ranges") / divisor
     return times, ranges
 
 
@@ -224,8 +238,55 @@ def _moves(phases: list[_Phase], floor_ns: float) -> dict[tuple[str, str], float
     return moves
 
 
+class _Sides(TypedDict):
+    baseline: float
+    candidate: float
+
+
+class _PhaseGates(TypedDict):
+    total: bool
+    phase: bool
+
+
+class PhaseCheck(TypedDict):
+    """One phase of a check group (:func:`_judge`; the moves are added after)."""
+
+    phase: str
+    baseline: float
+    candidate: float
+    share_of_baseline: float | None
+    change_of_total: float
+    change: float | None
+    noise: float
+    net_change_of_total: float
+    net_change: float | None
+    phase_gate_applies: bool
+    ranges: _Sides
+    gates: _PhaseGates
+    regressed: bool
+    moved_from: NotRequired[dict[str, float]]
+    moved_to: NotRequired[dict[str, float]]
+
+
+class TotalCheck(TypedDict):
+    """The whole run's time of a check group: both sides' medians, the change and noise."""
+
+    baseline: float
+    candidate: float
+    change: float
+    noise: float
+    regressed: bool
+
+
+class Missing(TypedDict):
+    """A baseline configuration without candidate runs."""
+
+    labels: dict[str, str]
+    baseline_runs: int
+
+
 def _judge(p: _Phase, b_total: float, gates: Gates, moved_in: float, moved_out: float
-           ) -> dict[str, Any]:  # fmt: skip
+           ) -> PhaseCheck:  # fmt: skip
     """The phase's row: its change, net of moved time, against the total and the phase gate."""
     own = p.base + moved_in  # moved-in time counts as the receiving phase's baseline
     net = (p.cand + moved_out) - own
@@ -259,8 +320,8 @@ class GroupResult:
     labels: dict[str, str]
     runs: dict[str, int]
     basis: str
-    total: dict[str, Any]
-    phases: list[dict[str, Any]]
+    total: TotalCheck
+    phases: list[PhaseCheck]
 
     @property
     def regressed(self) -> bool:
@@ -276,7 +337,7 @@ class CheckResult:
     allow_missing: bool = False
     groups: list[GroupResult] = field(default_factory=list)
     unmatched: list[dict[str, str]] = field(default_factory=list)
-    missing: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[Missing] = field(default_factory=list)
     """Baseline configurations without candidate runs: ``{"labels": ..., "baseline_runs": n}``."""
     candidate_failed: dict[str, str] = field(default_factory=dict)
     """The candidate dataset's traces that failed in ``collect``, with their reasons."""
@@ -292,7 +353,7 @@ class CheckResult:
         """Whether the gate fails: a regression, or a configuration missing unless allowed."""
         return self.regressed or bool(self.missing and not self.allow_missing)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "baseline": self.baseline,
             "candidate": self.candidate,
@@ -314,7 +375,7 @@ class CheckResult:
                     "moves": [
                         {"from": p["phase"], "to": to, "time": time}
                         for p in g.phases
-                        for to, time in p["moved_to"].items()
+                        for to, time in p.get("moved_to", {}).items()
                     ],
                 }
                 for g in self.groups
@@ -334,7 +395,7 @@ def _compare(base: list[Run], cand: list[Run], gates: Gates) -> GroupResult:
     c_total, c_mad = _stats([m[0]["total"] for m in mc])
     change = c_total / b_total - 1.0 if b_total else 0.0
     noise = NOISE_MADS * max(b_mad, c_mad) / b_total if b_total else 0.0
-    total = {
+    total: TotalCheck = {
         "baseline": b_total,
         "candidate": c_total,
         "change": change,
@@ -344,7 +405,7 @@ def _compare(base: list[Run], cand: list[Run], gates: Gates) -> GroupResult:
     names = sorted({n for m in (*mb, *mc) for n in m[0]} - {"total"})
     stats = [_phase_stats(name, mb, mc) for name in names]
     moves = _moves(stats, gates.phase_floor * b_total)
-    phases: list[dict[str, Any]] = []
+    phases: list[PhaseCheck] = []
     for p in stats:
         moved_from = {src: ns for (src, dst), ns in moves.items() if dst == p.name}
         moved_to = {dst: ns for (src, dst), ns in moves.items() if src == p.name}
@@ -402,12 +463,12 @@ def _where(labels: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in labels.items()) or "all runs"
 
 
-def _phase_line(p: dict[str, Any], unit: str, gates: Gates) -> str | None:
+def _phase_line(p: PhaseCheck, unit: str, gates: Gates) -> str | None:
     """The line of one phase: regressed (with both gates), moved, or a large change; None
     for a phase that did not move beyond the gates."""
     head = f"  {p['phase']}: {p['baseline']:,.0f} -> {p['candidate']:,.0f} {unit}"
-    moves = [f"moved from {n} ({ns:,.0f} {unit})" for n, ns in p["moved_from"].items()]
-    moves += [f"moved to {n} ({ns:,.0f} {unit})" for n, ns in p["moved_to"].items()]
+    moves = [f"moved from {n} ({ns:,.0f} {unit})" for n, ns in p.get("moved_from", {}).items()]
+    moves += [f"moved to {n} ({ns:,.0f} {unit})" for n, ns in p.get("moved_to", {}).items()]
     own = p["net_change"]
     own_text = (
         "below the phase floor"

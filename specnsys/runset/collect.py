@@ -22,11 +22,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any
 
 from specnsys.attribution.window import parse_window
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
-from specnsys.runset.dataset import Dataset, RunRecord, run_id_of
+from specnsys.runset.dataset import Dataset, RunRecord, Settings, run_id_of
 from specnsys.runset.labels import Labeler
 
 __all__ = ["CollectResult", "analyse_trace", "collect", "find_traces"]
@@ -45,7 +44,7 @@ class CollectResult:
     failed: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "dataset": str(self.dataset),
             "analysed": self.analysed,
@@ -77,13 +76,13 @@ def find_traces(inputs: Sequence[str | Path]) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in unique))
 
 
-def _identity(trace: Path) -> list[Any]:
+def _identity(trace: Path) -> list[int | str]:
     from specnsys.ingest.input_file import file_identity
 
     return list(file_identity(trace))
 
 
-def analyse_trace(trace: str, settings: dict[str, Any], labels: dict[str, str]) -> RunRecord:
+def analyse_trace(trace: str, settings: Settings, labels: dict[str, str]) -> RunRecord:
     """The dataset record of one trace: the work a pool or Dask worker does.
 
     Raises :class:`SpecnsysError` (one line) when the trace cannot be analysed."""
@@ -101,10 +100,10 @@ def analyse_trace(trace: str, settings: dict[str, Any], labels: dict[str, str]) 
     from specnsys.runset.dataset import headline_row
 
     phases = pl.DataFrame(
-        [{"phase": name, **row} for name, row in doc["phases"].items()],
+        [{"phase": name, **row} for name, row in analysis.phases.items()],
         infer_schema_length=None,
-    ) if doc["phases"] else pl.DataFrame()  # fmt: skip
-    requests = pl.DataFrame(doc["latency"]["per_request"], infer_schema_length=None)
+    ) if analysis.phases else pl.DataFrame()  # fmt: skip
+    requests = pl.DataFrame(analysis.latency["per_request"], infer_schema_length=None)
     return RunRecord(
         trace=str(path),
         identity=identity,
@@ -118,7 +117,7 @@ def analyse_trace(trace: str, settings: dict[str, Any], labels: dict[str, str]) 
     )
 
 
-def _safe(trace: str, settings: dict[str, Any], labels: dict[str, str]) -> RunRecord | str:
+def _safe(trace: str, settings: Settings, labels: dict[str, str]) -> RunRecord | str:
     """:func:`analyse_trace`, with a failure returned as its one-line reason."""
     try:
         return analyse_trace(trace, settings, labels)
@@ -130,7 +129,7 @@ def _safe(trace: str, settings: dict[str, Any], labels: dict[str, str]) -> RunRe
         return f"internal error: {type(exc).__name__}: {exc}".splitlines()[0]
 
 
-Job = tuple[str, dict[str, Any], dict[str, str]]
+Job = tuple[str, Settings, dict[str, str]]
 Outcome = RunRecord | str
 
 
@@ -241,14 +240,14 @@ def collect(
     result = CollectResult(Path(dataset))
     if window is not None:
         parse_window(window)  # a bad rule is one line before any worker starts
-    settings = {"rules": rules, "pid": pid, "specnsys": _version()}
+    settings: Settings = {"rules": rules, "pid": pid, "specnsys": _version()}
     if window is not None:  # absent for the default: datasets collected before keep matching
         settings["window"] = window
     jobs: list[Job] = []
     sizes: dict[str, int] = {}
     for trace in traces:
         labels = labeler.labels(trace)
-        run_settings = {**settings, "labels": labels}
+        run_settings: Settings = {**settings, "labels": labels}
         try:
             identity = _identity(trace)
         except SpecnsysError as exc:
@@ -272,7 +271,9 @@ def collect(
                 result.failed[done] = outcome
                 store.note_failure(done, outcome)
             else:
-                outcome.settings = {k: v for k, v in job_settings.items() if k != "use_cache"}
+                kept = job_settings.copy()
+                kept.pop("use_cache", None)
+                outcome.settings = kept
                 store.write_run(run_id_of(Path(done)), outcome)
                 result.analysed.append(done)
                 result.warnings += outcome.warnings

@@ -48,18 +48,84 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import NotRequired, TypedDict
 
 import polars as pl
 
 from specnsys.metrics.comparison import VERIFY_RATIO_WARNING
 
-__all__ = ["FAMILY_EXCLUDED", "StepRun", "cost_model", "least_squares", "step_points"]
+__all__ = [
+    "FAMILY_EXCLUDED", "CostCell", "CostModel", "Family", "Fit", "StepRun", "cost_model",
+    "least_squares", "step_points",
+]
 
 #: Labels that vary inside one family (one fitted cost line).
 FAMILY_EXCLUDED = ("k", "mode", "concurrency", "repeat", "commit")
 
 Key = tuple[tuple[str, str], ...]
+
+
+class Fit(TypedDict):
+    """A least-squares line ``y = intercept + slope * x`` (:func:`least_squares`)."""
+
+    slope: float
+    intercept: float
+    steps: int
+    r2: float | None
+    x: str
+    y: str
+    fitted: str
+
+
+class Family(TypedDict):
+    """One family's fitted step costs (one set of labels but k, mode, concurrency, ...)."""
+
+    labels: dict[str, str]
+    verify_fit: Fit | None
+    draft_fit: Fit | None
+    draft_ns_per_proposed: float | None
+    draft_ns_per_proposed_steps: int
+    baseline_forward_fit: Fit | None
+
+
+class RestPerStep(TypedDict):
+    """The step time outside verify and draft (spec) or forward (baseline), ns."""
+
+    baseline: float
+    spec: float
+
+
+class CostCell(TypedDict):
+    """One speculative configuration's measured and predicted step costs (:func:`_cell`)."""
+
+    labels: dict[str, str]
+    k: int | None
+    steps: int
+    baseline_steps: int
+    batch_mean: float | None
+    tokens_per_step: float | None
+    tokens_source: str
+    verify_ns_per_step: float | None
+    verify_ns_per_position: float | None
+    draft_ns_per_proposed: float | None
+    verify_to_forward_same_batch: float | None
+    verify_to_forward_steps: int
+    verify_ratio_warning: bool | None
+    predicted_decode_speedup: float | None
+    measured_decode_speedup: float | None
+    decode_gap: float | None
+    predicted_from: str
+    rest_ns_per_step: NotRequired[RestPerStep]
+
+
+class CostModel(TypedDict, total=False):
+    """:func:`cost_model`'s document; a dataset without steps has ``not_available`` only."""
+
+    families: list[Family]
+    cells: list[CostCell]
+    verify_ratio_warning_above: float
+    not_available: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -76,7 +142,7 @@ class StepRun:
     cell: Key
 
 
-def least_squares(frame: pl.DataFrame, x: str, y: str) -> dict[str, Any] | None:
+def least_squares(frame: pl.DataFrame, x: str, y: str) -> Fit | None:
     """The least-squares line ``y = intercept + slope * x`` over *frame*'s rows: slope,
     intercept, the number of steps and R^2 (None where every y is the same). None with fewer
     than two distinct x values (no line is determined)."""
@@ -158,18 +224,18 @@ def _baseline_steps(points: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _at(fit: dict[str, Any], column: str) -> pl.Expr:
+def _at(fit: Fit, column: str) -> pl.Expr:
     intercept, slope = float(fit["intercept"]), float(fit["slope"])
     return pl.lit(intercept) + pl.lit(slope) * pl.col(column).cast(pl.Float64)
 
 
-def cost_model(steps: pl.DataFrame, runs: list[StepRun]) -> dict[str, Any]:
+def cost_model(steps: pl.DataFrame, runs: list[StepRun]) -> CostModel:
     """The fitted costs per family and the per-cell comparison (see the module docs), as a
     JSON-able dict: ``families`` (fits), ``cells`` (one per speculative configuration) and
     ``not_available`` (why a family or cell has no number)."""
     points = step_points(steps, runs)
-    families: list[dict[str, Any]] = []
-    cells: list[dict[str, Any]] = []
+    families: list[Family] = []
+    cells: list[CostCell] = []
     na: dict[str, str] = {}
     for family in sorted(set(points["family"].to_list())):
         own = points.filter(pl.col("family") == family)
@@ -215,10 +281,10 @@ def cost_model(steps: pl.DataFrame, runs: list[StepRun]) -> dict[str, Any]:
 def _cell(
     family_points: pl.DataFrame,
     cell: str,
-    verify: dict[str, Any] | None,
-    draft: dict[str, Any] | None,
+    verify: Fit | None,
+    draft: Fit | None,
     na: dict[str, str],
-) -> dict[str, Any]:
+) -> CostCell:
     """One speculative configuration's measured and predicted step costs."""
     labels = dict(json.loads(cell))
     where = _where(labels)
@@ -227,17 +293,17 @@ def _cell(
     base = _baseline_steps(family_points.filter(pl.col("match") == match))
     vsteps = _verify_steps(spec)
     dsteps = _draft_steps(spec)
-    out: dict[str, Any] = {
+    out: CostCell = {
         "labels": labels,
         "k": spec["k"][0],
         "steps": spec.height,
         "baseline_steps": base.height,
-        "batch_mean": spec["batch"].mean(),
+        "batch_mean": _mean(spec["batch"]),
         "tokens_per_step": _ratio(spec["step_tokens"].sum(), spec.height),
         "tokens_source": "tokens marks"
         if spec["tokens"].null_count() == 0
         else ("accepted + sequences where tokens marks are missing"),
-        "verify_ns_per_step": vsteps["verify_ns"].mean() if vsteps.height else None,
+        "verify_ns_per_step": _mean(vsteps["verify_ns"]) if vsteps.height else None,
         "verify_ns_per_position": _ratio(vsteps["verify_ns"].sum(), vsteps["positions"].sum()),
         "draft_ns_per_proposed": _ratio(dsteps["draft_ns"].sum(), dsteps["proposed"].sum()),
         "verify_to_forward_same_batch": None,
@@ -282,13 +348,13 @@ def _cell(
         ),
     }
     out["predicted_decode_speedup"] = predicted
-    if out["measured_decode_speedup"] is not None:
-        out["decode_gap"] = out["measured_decode_speedup"] / predicted - 1.0
+    if (measured_speedup := out["measured_decode_speedup"]) is not None:
+        out["decode_gap"] = measured_speedup / predicted - 1.0
     return out
 
 
 def _verify_to_forward(
-    out: dict[str, Any], vsteps: pl.DataFrame, base: pl.DataFrame, where: str, na: dict[str, str]
+    out: CostCell, vsteps: pl.DataFrame, base: pl.DataFrame, where: str, na: dict[str, str]
 ) -> None:
     """Verify over baseline forward at the same batch size into *out* (with the 1.3
     warning), or why not into *na*."""
@@ -305,8 +371,14 @@ def _verify_to_forward(
     out["verify_ratio_warning"] = ratio > VERIFY_RATIO_WARNING
 
 
-def _ratio(num: Any, den: Any) -> float | None:
+def _ratio(num: float | Decimal | None, den: float | Decimal | None) -> float | None:
     return float(num) / float(den) if num is not None and den else None
+
+
+def _mean(values: pl.Series) -> float | None:
+    """The mean of a numeric column (None when it has no value)."""
+    mean = values.mean()
+    return mean if isinstance(mean, (int, float)) else None
 
 
 def _where(labels: dict[str, str]) -> str:

@@ -28,10 +28,10 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 import polars as pl
 
@@ -51,6 +51,38 @@ __all__ = [
 
 MANIFEST = "_specnsys.json"
 FORMAT = 1
+
+
+class Settings(TypedDict, total=False):
+    """What a run was analysed with (a manifest entry's ``settings``: a run is analysed again
+    when they change); a job also carries ``use_cache``, which is not kept."""
+
+    rules: str | None
+    pid: int | None
+    specnsys: str
+    window: str
+    labels: dict[str, str]
+    use_cache: bool
+
+
+class RunEntry(TypedDict):
+    """A manifest's entry of one run (:func:`read_manifest` checks each key's JSON type)."""
+
+    trace: str
+    identity: list[int | str]
+    settings: Mapping[str, object]
+    labels: dict[str, str]
+    headline: dict[str, object]
+
+
+class Manifest(TypedDict):
+    """The dataset's manifest (``_specnsys.json``): its runs, the traces that failed, and the
+    columns the ``runs`` partitions were written with."""
+
+    format: int
+    runs: dict[str, RunEntry]
+    failed: dict[str, str]
+    runs_columns: NotRequired[list[str]]
 TABLES = ("runs", "phases", "steps", "requests")
 LABEL_PREFIX = "label_"
 
@@ -120,10 +152,10 @@ REQUEST_COLUMNS: dict[str, pl.DataType] = {
 }
 
 
-def headline_row(doc: dict[str, Any]) -> dict[str, Any]:
+def headline_row(doc: Mapping[str, object]) -> dict[str, object]:
     """analyze's JSON *doc* as one flat row: its scalar keys, the nested numbers of
     :data:`NESTED_COLUMNS`, and the whole document as ``analysis_json``."""
-    row: dict[str, Any] = {key: doc.get(key) for key in HEADLINE_TYPES}
+    row: dict[str, object] = {key: doc.get(key) for key in HEADLINE_TYPES}
     for (outer, inner), (column, _) in NESTED_COLUMNS.items():
         nested = doc.get(outer)
         row[column] = nested.get(inner) if isinstance(nested, dict) else None
@@ -131,7 +163,7 @@ def headline_row(doc: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _headline_schema(row: dict[str, Any]) -> dict[str, pl.DataType]:
+def _headline_schema(row: Mapping[str, object]) -> dict[str, pl.DataType]:
     nested = dict(NESTED_COLUMNS.values())
     return {key: HEADLINE_TYPES.get(key) or nested.get(key) or pl.String() for key in row}
 
@@ -141,10 +173,10 @@ class RunRecord:
     """What one analysed trace adds to the dataset (built in a worker, written by the parent)."""
 
     trace: str
-    identity: list[Any]
-    settings: dict[str, Any]
+    identity: list[int | str]
+    settings: Settings
     labels: dict[str, str]
-    headline: dict[str, Any]
+    headline: dict[str, object]
     phases: pl.DataFrame
     steps: pl.DataFrame
     requests: pl.DataFrame
@@ -177,7 +209,7 @@ class Dataset:
         self.manifest = self._read_manifest()
         self._written: set[str] = set()  # runs whose partitions this collect wrote
 
-    def _read_manifest(self) -> dict[str, Any]:
+    def _read_manifest(self) -> Manifest:
         if not self.root.exists():
             _check_creatable(self.root)
             return _empty_manifest()
@@ -188,7 +220,7 @@ class Dataset:
             return _empty_manifest()
         return read_manifest(self.root)
 
-    def unchanged(self, run_id: str, identity: list[Any], settings: dict[str, Any]) -> bool:
+    def unchanged(self, run_id: str, identity: list[int | str], settings: Settings) -> bool:
         """Whether the dataset already holds *run_id* from this very trace and settings."""
         entry = self.manifest["runs"].get(run_id)
         return (
@@ -272,9 +304,9 @@ class Dataset:
         self.root.mkdir(parents=True, exist_ok=True)
         text = json.dumps(self.manifest, indent=1, sort_keys=True)
         write_files({self.root / MANIFEST: text.encode("utf-8")})
-        for entry in self.root.iterdir():  # what a collect killed while writing it left
-            if _is_manifest_leftover(entry):
-                entry.unlink(missing_ok=True)
+        for left in self.root.iterdir():  # what a collect killed while writing it left
+            if _is_manifest_leftover(left):
+                left.unlink(missing_ok=True)
 
     def partition(self, table: str, run_id: str) -> Path:
         """The folder of *run_id*'s partition of *table*, checked to be a run id (16 hex
@@ -340,7 +372,7 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     path.write_bytes(buffer.getbuffer())
 
 
-def _empty_manifest() -> dict[str, Any]:
+def _empty_manifest() -> Manifest:
     return {"format": FORMAT, "runs": {}, "failed": {}}
 
 
@@ -359,7 +391,7 @@ def _json_type(value: object) -> str:
             int: "a number", float: "a number", type(None): "null"}.get(type(value), "a value")  # fmt: skip
 
 
-def read_manifest(root: Path) -> dict[str, Any]:
+def read_manifest(root: Path) -> Manifest:
     """The manifest of the dataset at *root*, its shape checked (the format, every run id and
     entry, the failed list): a manifest is edited by hand or damaged, and its run ids name
     folders that a collect replaces. One line (exit 2) names the first thing wrong."""
@@ -406,7 +438,8 @@ def read_manifest(root: Path) -> dict[str, Any]:
         isinstance(columns, list) and all(isinstance(c, str) for c in columns)
     ):
         raise bad("runs_columns", "a list of strings", columns)
-    return doc
+    # every key checked above (other keys, from a later version, are kept as they are)
+    return cast("Manifest", doc)
 
 
 def _check_only_partial_state(root: Path) -> None:

@@ -61,27 +61,27 @@ def _dataset_runs(root: Path) -> tuple[list[FitRun], list[pl.DataFrame], list[st
 def _dataset_run(
     root: Path, run: SweepRun, steps: pl.DataFrame, notes: list[str]
 ) -> tuple[FitRun, pl.DataFrame] | None:
-    doc = run.doc
     where = f"{root}: {run.trace}"
     if run.role not in (BASELINE, SPEC):
-        notes.append(f"{where}: a {doc.get('mode')} run, left out of the fit")
+        notes.append(f"{where}: a {run.doc.get('mode')} run, left out of the fit")
         return None
-    if not doc.get("tokens") or steps.height == 0:
+    doc = run.analysis  # the typed fields of its analyze --json document
+    if not doc.tokens or steps.height == 0:
         notes.append(f"{where}: no output tokens or no decode steps, left out of the fit")
         return None
     k = run.k if run.role == SPEC else 0
     if run.role == SPEC and not k:
         notes.append(f"{where}: a speculative run whose k is unknown, left out of the fit")
         return None
-    acc = doc.get("acceptance") or {}
-    by_position = [float(a) for a in acc.get("by_position") or []]
-    reached = int(acc.get("sequence_steps") or 0)
-    forwards = doc.get("draft_forwards_per_step") if run.role == SPEC else 0.0
+    acc = doc.acceptance
+    by_position = [float(a) for a in (acc.get("by_position") or [] if acc else [])]
+    reached = int((acc.get("sequence_steps") or 0) if acc else 0)
+    forwards = doc.draft_forwards_per_step if run.role == SPEC else 0.0
     label_c = run.labels.get("concurrency")
     concurrency = int(float(label_c)) if label_c and label_c.replace(".", "", 1).isdigit() else (
         int(steps["batch"].max() or 1)  # type: ignore[arg-type]
     )
-    identity = {"rules": str(doc.get("rules")), "gpu": "GPU" if doc.get("gpu") else "CPU only"}
+    identity = {"rules": str(doc.rules), "gpu": "GPU" if doc.gpu else "CPU only"}
     identity |= {n: v for n, v in run.labels.items() if n in IDENTITY_LABELS}
     fit = FitRun(
         run_id=run.run_id,
@@ -89,11 +89,11 @@ def _dataset_run(
         role=run.role,
         k=int(k or 0),
         concurrency=concurrency,
-        window_ns=int(doc["window_ns"]),
-        tokens=int(doc["tokens"]),
-        requests=int(doc.get("requests") or 0),
+        window_ns=int(doc.window_ns),
+        tokens=int(doc.tokens),
+        requests=int(doc.requests or 0),
         steps=steps.height,
-        phases={n: int(r["wall_ns"]) for n, r in (doc.get("phases") or {}).items()
+        phases={n: int(r["wall_ns"]) for n, r in (doc.phases or {}).items()
                 if r.get("wall_ns")},  # fmt: skip
         labels=dict(run.labels),
         accept_reached=tuple(reached for _ in by_position),

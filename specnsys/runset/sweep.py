@@ -36,7 +36,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import polars as pl
 
@@ -45,8 +45,18 @@ from specnsys.metrics.analysis import Analysis
 from specnsys.metrics.comparison import Comparison, compare_runs
 from specnsys.runset.check import NOISE_MADS, REPEAT_LABELS
 from specnsys.runset.check import _stats as median_mad
-from specnsys.runset.cost_model import FAMILY_EXCLUDED, StepRun, cost_model, step_points
+from specnsys.runset.cost_model import (
+    FAMILY_EXCLUDED,
+    CostModel,
+    Fit,
+    StepRun,
+    cost_model,
+    step_points,
+)
 from specnsys.runset.dataset import LABEL_PREFIX, is_dataset
+
+if TYPE_CHECKING:
+    from specnsys.results import JSONValue
 
 __all__ = [
     "NOISY_RELATIVE_MAD",
@@ -71,11 +81,83 @@ METRICS = ("p", "r", "predicted_speedup", "measured_speedup", "gap")
 Key = tuple[tuple[str, str], ...]
 
 
-def analysis_from_doc(doc: dict[str, Any]) -> Analysis:
+class Stat(TypedDict):
+    """Median, median absolute deviation and count of a cell's values (None without any)."""
+
+    median: float | None
+    mad: float | None
+    n: int
+
+
+class PairRow(TypedDict):
+    """One (baseline, spec) pair of the sweep: its compare figures."""
+
+    baseline: str
+    spec: str
+    labels: dict[str, str]
+    p: float | None
+    r: float | None
+    predicted_speedup: float | None
+    measured_speedup: float | None
+    gap: float | None
+    speedup_basis: str | None
+    verify_to_forward_ratio: float | None
+    not_available: dict[str, str]
+
+
+class Cell(TypedDict):
+    """The runs of one set of ``--by`` labels: their per-token time and, for speculative
+    cells, the medians of the pairs' compare figures (:data:`METRICS`)."""
+
+    labels: dict[str, str]
+    role: str
+    runs: int
+    pairs: int
+    per_token_ns: Stat
+    p: NotRequired[Stat]
+    r: NotRequired[Stat]
+    predicted_speedup: NotRequired[Stat]
+    measured_speedup: NotRequired[Stat]
+    gap: NotRequired[Stat]
+    relative_mad: dict[str, float | None]
+    noisy: bool | None
+
+
+class CrossoverPoint(TypedDict):
+    concurrency: str
+    measured_speedup: float
+    noisy: bool | None
+
+
+class Crossover(TypedDict):
+    """Where speculation stops paying along concurrency, for one set of the other labels."""
+
+    labels: dict[str, str]
+    points: list[CrossoverPoint]
+    stops_paying_at: str | None
+    interpolated: float | None
+    status: str
+
+
+class BestK(TypedDict):
+    """The k with the highest median measured speedup, for one set of the other labels."""
+
+    labels: dict[str, str]
+    best_k: str
+    measured_speedup: float | None
+    beats_baseline: bool
+    within_noise: list[str]
+    candidates: dict[str, float | None]
+
+
+def analysis_from_doc(doc: dict[str, JSONValue]) -> Analysis:
     """The :class:`Analysis` whose ``to_dict()`` is *doc* (a dataset's ``analysis_json``)."""
     names = [f.name for f in fields(Analysis) if f.init and f.name not in ("breakdown",)]
+    # JSON back into the fields: the constructor and the fields' own readers are the check
+    # (a document from another version fails here, or where a field is read)
+    values: dict[str, Any] = {n: doc[n] for n in names if n in doc}
     try:
-        return Analysis(**{n: doc[n] for n in names if n in doc})
+        return Analysis(**values)
     except TypeError as exc:
         raise BadInputError(f"an analysis in the dataset cannot be read back ({exc})") from None
 
@@ -88,7 +170,7 @@ class SweepRun:
     run_id: str
     trace: str
     labels: dict[str, str]
-    doc: dict[str, Any]
+    doc: dict[str, JSONValue]
     role: str
     _analysis: Analysis | None = None
 
@@ -110,6 +192,13 @@ class SweepRun:
         return None if value is None else int(value)
 
 
+def _json_number(value: JSONValue) -> float | None:
+    """*value* when it is a JSON number (not a boolean), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
+
+
 def _number(value: str | None) -> float | None:
     try:
         return None if value is None else float(value)
@@ -125,7 +214,7 @@ def _order(value: str | None) -> tuple[int, float, str]:
     return (1, 0.0, value) if value is not None else (2, 0.0, "")
 
 
-def _role(doc: dict[str, Any], labels: dict[str, str]) -> str:
+def _role(doc: dict[str, JSONValue], labels: dict[str, str]) -> str:
     if doc.get("mode") == "baseline" or _number(labels.get("k")) == 0:
         return "baseline"
     return "spec" if doc.get("mode") == "spec" else "other"
@@ -145,7 +234,9 @@ def load_runs(root: Path) -> list[SweepRun]:
             for k, v in row.items()
             if k.startswith(LABEL_PREFIX) and v is not None and str(v) != ""
         }
-        doc = json.loads(row["analysis_json"])
+        doc: JSONValue = json.loads(row["analysis_json"])
+        if not isinstance(doc, dict):
+            raise BadInputError(f"{root}: run {row['run_id']}: its analysis is not a JSON object")
         if "k" not in labels and doc.get("k") is not None:
             labels["k"] = str(doc["k"])
         out.append(SweepRun(row["run_id"], row["trace"], labels, doc, _role(doc, labels)))
@@ -176,7 +267,7 @@ def _pairs(runs: list[SweepRun]) -> tuple[list[tuple[SweepRun, SweepRun]], dict[
     return pairs, unpaired
 
 
-def _summary(values: list[float | None]) -> dict[str, Any]:
+def _summary(values: list[float | None]) -> Stat:
     """Median, MAD and count of the non-null *values* (nulls when there are none)."""
     present = [float(v) for v in values if v is not None]
     if not present:
@@ -185,10 +276,10 @@ def _summary(values: list[float | None]) -> dict[str, Any]:
     return {"median": median, "mad": mad, "n": len(present)}
 
 
-def _relative_mad(stat: dict[str, Any]) -> float | None:
+def _relative_mad(stat: Stat) -> float | None:
     if stat["n"] < 2 or not stat["median"]:
         return None
-    return float(stat["mad"]) / abs(float(stat["median"]))
+    return float(stat["mad"] or 0.0) / abs(float(stat["median"]))
 
 
 @dataclass
@@ -196,16 +287,16 @@ class SweepResult:
     dataset: str
     by: list[str]
     runs: int
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    pairs: list[dict[str, Any]] = field(default_factory=list)
-    crossover: list[dict[str, Any]] = field(default_factory=list)
-    best_k: list[dict[str, Any]] = field(default_factory=list)
-    cost_model: dict[str, Any] = field(default_factory=dict)
+    cells: list[Cell] = field(default_factory=list)
+    pairs: list[PairRow] = field(default_factory=list)
+    crossover: list[Crossover] = field(default_factory=list)
+    best_k: list[BestK] = field(default_factory=list)
+    cost_model: CostModel = field(default_factory=lambda: CostModel())
     unpaired: dict[str, str] = field(default_factory=dict)
     not_available: dict[str, str] = field(default_factory=dict)
     threshold: float = NOISY_RELATIVE_MAD
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "dataset": self.dataset,
             "by": self.by,
@@ -229,16 +320,20 @@ class SweepResult:
         }
 
 
-def _pair_row(b: SweepRun, s: SweepRun, c: Comparison) -> dict[str, Any]:
-    d = c.to_dict()
+def _pair_row(b: SweepRun, s: SweepRun, c: Comparison) -> PairRow:
+    """The pair's figures of ``compare --json`` (those of :data:`METRICS` first)."""
     return {
         "baseline": b.trace,
         "spec": s.trace,
         "labels": s.labels,
-        **{m: d[m] for m in METRICS},
-        "speedup_basis": d["speedup_basis"],
-        "verify_to_forward_ratio": d["verify_to_forward_ratio"],
-        "not_available": d["not_available"],
+        "p": c.p,
+        "r": c.r,
+        "predicted_speedup": c.predicted_speedup,
+        "measured_speedup": c.measured_speedup,
+        "gap": c.gap,
+        "speedup_basis": c.speedup_basis,
+        "verify_to_forward_ratio": c.verify_to_forward_ratio,
+        "not_available": dict(c.not_available),
     }
 
 
@@ -265,7 +360,7 @@ def sweep(
             )
     result = SweepResult(str(root), axes, len(runs), threshold=threshold)
     pairs, result.unpaired = _pairs(runs)
-    comparisons: dict[tuple[str, str], dict[str, Any]] = {}
+    comparisons: dict[tuple[str, str], PairRow] = {}
     for b, s in pairs:
         try:
             row = _pair_row(b, s, compare_runs(b.analysis, s.analysis))
@@ -290,36 +385,48 @@ def sweep(
 
 
 def _cell(
-    labels: dict[str, str], members: list[SweepRun], rows: list[dict[str, Any]], threshold: float
-) -> dict[str, Any]:
+    labels: dict[str, str], members: list[SweepRun], rows: list[PairRow], threshold: float
+) -> Cell:
     roles = sorted({r.role for r in members})
     role = "spec" if "spec" in roles else roles[0]
     own = [r for r in members if r.role == role]
-    per_token = _summary([r.doc.get("per_token_ns") for r in own])
-    stats = {m: _summary([row[m] for row in rows]) for m in METRICS} if role == "spec" else {}
-    spreads = {
-        "per_token_ns": _relative_mad(per_token),
-        **({"measured_speedup": _relative_mad(stats["measured_speedup"])} if stats else {}),
-    }
+    per_token = _summary([_json_number(r.doc.get("per_token_ns")) for r in own])
+    spreads = {"per_token_ns": _relative_mad(per_token)}
+    if role != "spec":
+        known = [v for v in spreads.values() if v is not None]
+        return {"labels": labels, "role": role, "runs": len(own), "pairs": len(rows),
+                "per_token_ns": per_token, "relative_mad": spreads,
+                "noisy": None if not known else max(known) > threshold}  # fmt: skip
+    measured = _summary([row["measured_speedup"] for row in rows])
+    spreads["measured_speedup"] = _relative_mad(measured)
     known = [v for v in spreads.values() if v is not None]
-    noisy = None if not known else max(known) > threshold
     return {
         "labels": labels,
         "role": role,
         "runs": len(own),
         "pairs": len(rows),
         "per_token_ns": per_token,
-        **stats,
+        "p": _summary([row["p"] for row in rows]),
+        "r": _summary([row["r"] for row in rows]),
+        "predicted_speedup": _summary([row["predicted_speedup"] for row in rows]),
+        "measured_speedup": measured,
+        "gap": _summary([row["gap"] for row in rows]),
         "relative_mad": spreads,
-        "noisy": noisy,
+        "noisy": None if not known else max(known) > threshold,
     }
 
 
-def _groups(result: SweepResult, axes: Sequence[str], vary: str) -> dict[Key, list[dict[str, Any]]]:
+def _measured(cell: Cell) -> float | None:
+    """The median measured speedup of a speculative *cell* (None without one)."""
+    stat = cell.get("measured_speedup")
+    return None if stat is None else stat["median"]
+
+
+def _groups(result: SweepResult, axes: Sequence[str], vary: str) -> dict[Key, list[Cell]]:
     """Speculative cells with a measured speedup, grouped by every ``--by`` label but *vary*."""
-    out: dict[Key, list[dict[str, Any]]] = {}
+    out: dict[Key, list[Cell]] = {}
     for cell in result.cells:
-        if cell["role"] != "spec" or cell["measured_speedup"]["median"] is None:
+        if cell["role"] != "spec" or _measured(cell) is None:
             continue
         if vary not in cell["labels"]:
             continue
@@ -335,31 +442,37 @@ def _crossover(result: SweepResult, axes: Sequence[str]) -> None:
         return
     for key, cells in sorted(_groups(result, axes, "concurrency").items()):
         points = sorted(
-            ((c["labels"]["concurrency"], c["measured_speedup"]["median"], c["noisy"])
-             for c in cells), key=lambda t: _order(t[0]),
+            ((c["labels"]["concurrency"], m, c["noisy"])
+             for c in cells if (m := _measured(c)) is not None), key=lambda t: _order(t[0]),
         )  # fmt: skip
         below = next((i for i, p in enumerate(points) if p[1] < 1.0), None)
-        entry: dict[str, Any] = {
-            "labels": dict(key),
-            "points": [{"concurrency": c, "measured_speedup": m, "noisy": n} for c, m, n in points],
-            "stops_paying_at": None,
-            "interpolated": None,
-        }
+        stops: str | None = None
+        interpolated: float | None = None
         if below is None:
-            entry["status"] = "pays at every measured concurrency"
+            status = "pays at every measured concurrency"
         elif below == 0:
-            entry["status"] = "never pays at the measured concurrencies"
-            entry["stops_paying_at"] = points[0][0]
+            status = "never pays at the measured concurrencies"
+            stops = points[0][0]
         else:
-            entry["status"] = "stops paying"
-            entry["stops_paying_at"] = points[below][0]
+            status = "stops paying"
+            stops = points[below][0]
             c0, m0 = _number(points[below - 1][0]), points[below - 1][1]
             c1, m1 = _number(points[below][0]), points[below][1]
             if c0 is not None and c1 is not None and m0 != m1:
-                entry["interpolated"] = c0 + (m0 - 1.0) * (c1 - c0) / (m0 - m1)
+                interpolated = c0 + (m0 - 1.0) * (c1 - c0) / (m0 - m1)
         if below is not None and any(m >= 1.0 for _, m, _ in points[below:]):
-            entry["status"] += " (not monotone: pays again at a higher concurrency)"
-        result.crossover.append(entry)
+            status += " (not monotone: pays again at a higher concurrency)"
+        result.crossover.append(
+            {
+                "labels": dict(key),
+                "points": [
+                    {"concurrency": c, "measured_speedup": m, "noisy": n} for c, m, n in points
+                ],
+                "stops_paying_at": stops,
+                "interpolated": interpolated,
+                "status": status,
+            }
+        )
 
 
 def _best_k(result: SweepResult, axes: Sequence[str]) -> None:
@@ -369,27 +482,28 @@ def _best_k(result: SweepResult, axes: Sequence[str]) -> None:
     order = sorted(groups, key=lambda key: [_order(v) for _, v in key])
     for key in order:
         cells = sorted(groups[key], key=lambda c: _order(c["labels"]["k"]))
-        best = max(cells, key=lambda c: c["measured_speedup"]["median"])
-        top = best["measured_speedup"]
+        # every cell of a group has a measured speedup (_groups)
+        best = max(cells, key=lambda c: _measured(c) or 0.0)
+        top = best.get("measured_speedup") or _summary([])
 
-        def tied(c: dict[str, Any], top: dict[str, Any] = top) -> bool:
-            m = c["measured_speedup"]
+        def tied(c: Cell, top: Stat = top) -> bool:
+            m = c.get("measured_speedup") or _summary([])
             band = NOISE_MADS * max(float(top["mad"] or 0), float(m["mad"] or 0))
-            return float(top["median"]) - float(m["median"]) <= band
+            return float(top["median"] or 0.0) - float(m["median"] or 0.0) <= band
 
         result.best_k.append(
             {
                 "labels": dict(key),
                 "best_k": best["labels"]["k"],
                 "measured_speedup": top["median"],
-                "beats_baseline": top["median"] > 1.0,
+                "beats_baseline": (top["median"] or 0.0) > 1.0,
                 "within_noise": [c["labels"]["k"] for c in cells if c is not best and tied(c)],
-                "candidates": {c["labels"]["k"]: c["measured_speedup"]["median"] for c in cells},
+                "candidates": {c["labels"]["k"]: _measured(c) for c in cells},
             }
         )
 
 
-def _cost(root: Path, runs: list[SweepRun]) -> dict[str, Any]:
+def _cost(root: Path, runs: list[SweepRun]) -> CostModel:
     if not any((root / "steps").glob("run_id=*/*.parquet")):
         return {"not_available": {"cost_model": "the dataset has no steps table"}}
     steps = pl.scan_parquet(root / "steps").collect()
@@ -411,7 +525,7 @@ def step_runs(runs: list[SweepRun]) -> list[StepRun]:
     ]
 
 
-def verify_cost_points(dataset: str | Path) -> dict[str, Any]:
+def verify_cost_points(dataset: str | Path) -> dict[str, object]:
     """What the verify-cost figure draws: the steps' (positions, verify_ns) and the baselines'
     (batch, forward_ns), per family, with the fitted lines (see :mod:`cost_model`)."""
     root = Path(dataset)
@@ -423,7 +537,7 @@ def verify_cost_points(dataset: str | Path) -> dict[str, Any]:
     points = step_points(steps, views)
     model = cost_model(steps, views)
     families = []
-    for fam in model["families"]:
+    for fam in model.get("families", []):
         key = json.dumps(tuple(sorted(fam["labels"].items())))
         own = points.filter(pl.col("family") == key)
         spec = own.filter((pl.col("role") == "spec") & (pl.col("verify_ns") > 0)
@@ -446,7 +560,7 @@ def verify_cost_points(dataset: str | Path) -> dict[str, Any]:
                 "baseline_forward_fit": fam["baseline_forward_fit"],
             }
         )
-    return {"dataset": str(root), "families": families, "not_available": model["not_available"]}
+    return {"dataset": str(root), "families": families, "not_available": model.get("not_available", {})}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,7 +571,7 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _stat(stat: dict[str, Any] | None, spec: str) -> str:
+def _stat(stat: Stat | None, spec: str) -> str:
     if not stat or stat["median"] is None:
         return "-"
     text = format(stat["median"], spec)
@@ -523,7 +637,7 @@ def render_sweep_text(result: SweepResult) -> str:
     return "\n".join(lines)
 
 
-def _fit_text(fit: dict[str, Any] | None, y: str, x: str, unit: str) -> str:
+def _fit_text(fit: Fit | None, y: str, x: str, unit: str) -> str:
     if fit is None:
         return f"{y}: not fitted (too few distinct {x})"
     r2 = "-" if fit["r2"] is None else f"{fit['r2']:.2f}"
@@ -534,7 +648,7 @@ def _fit_text(fit: dict[str, Any] | None, y: str, x: str, unit: str) -> str:
     )
 
 
-def _cost_text(model: dict[str, Any]) -> list[str]:
+def _cost_text(model: CostModel) -> list[str]:
     if not model.get("families"):
         return []
     lines = ["", "cost of a speculative step (decode steps; see docs/sweep.md):"]

@@ -1,4 +1,5 @@
-"""The five figures of a report, as ``*_data`` (what to draw) + ``*_figure`` (drawing).
+"""The figures, as ``*_data`` (what to draw) + ``*_figure`` (drawing); each plot KIND's entry
+(what it is drawn from, which drawing draws its data) is in :mod:`specnsys.render.registry`.
 
 A figure that cannot be drawn (a baseline's acceptance, the Amdahl chart without a baseline,
 a sweep without a comparison, ...) has its reason in ``not_available``: the report draws it as
@@ -28,10 +29,7 @@ line; ``forecast`` draws a forecast's predicted speedup against k per concurrenc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
-from matplotlib.figure import Figure
+from collections.abc import Mapping
 
 from specnsys.errors import UsageError
 from specnsys.render.plots.acceptance import acceptance_data, acceptance_figure
@@ -44,9 +42,9 @@ from specnsys.render.plots.sweep import sweep_data, sweep_figure
 from specnsys.render.plots.sweep_grid import sweep_grid_data, sweep_grid_figure
 from specnsys.render.plots.timeline import timeline_data, timeline_figure
 from specnsys.render.plots.verify_cost import verify_cost_data, verify_cost_figure
+from specnsys.render.registry import draw, figure_kinds
 
 __all__ = [
-    "DRAW",
     "FORMATS",
     "KINDS",
     "TRACE_KINDS",
@@ -75,34 +73,15 @@ __all__ = [
     "verify_cost_figure",
 ]
 
-KINDS = ("phases", "amdahl", "acceptance", "sweep", "timeline")
-"""The figure kinds, in report order."""
+KINDS = figure_kinds(in_report=True)
+"""The figure kinds the report shows, in its order."""
 
-TRACE_KINDS = (*KINDS, "steps")
+TRACE_KINDS = figure_kinds("traces", "lanes")
 """Every figure ``plot`` draws from traces: the report's and ``steps`` (the per-phase
 step-time tails, baseline beside speculative)."""
 
-DRAW: dict[str, Callable[[Mapping[str, Any]], Figure]] = {
-    "phases": phases_figure,
-    "amdahl": amdahl_figure,
-    "acceptance": acceptance_figure,
-    "sweep": sweep_figure,
-    "timeline": timeline_figure,
-    "steps": steps_figure,
-    # figures of a collected dataset (``plot sweep DATASET``, ``plot verify-cost DATASET``)
-    "sweep-grid": sweep_grid_figure,
-    "verify-cost": verify_cost_figure,
-    # the forecast of traces or a dataset (``plot forecast SOURCE...``)
-    "forecast": forecast_figure,
-}
 
-
-def draw(data: Mapping[str, Any]) -> Figure:
-    """Draw any figure data dict (its ``kind`` picks the drawing function)."""
-    return DRAW[data["kind"]](data)
-
-
-def require_drawable(data: Mapping[str, Any]) -> None:
+def require_drawable(data: Mapping[str, object]) -> None:
     """Raise :class:`UsageError` (exit 2, one line) when *data* is a figure that cannot be
     drawn, so a plot command refuses with the reason instead of writing a blank image."""
     reason = data.get("not_available")

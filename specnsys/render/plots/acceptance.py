@@ -11,17 +11,41 @@ Values are printed in the tick labels, so no label can sit on a bar or a marker.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from matplotlib.figure import Figure
 
 from specnsys.render.palette import phase_color
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
-__all__ = ["acceptance_data", "acceptance_figure"]
+if TYPE_CHECKING:
+    from specnsys.render.documents import Acceptance, AnalysisDoc
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
+
+__all__ = ["AcceptanceFigure", "acceptance_data", "acceptance_figure"]
 
 
-def _histogram(acc: Mapping[str, Any], k: int) -> tuple[list[float] | None, str]:
+class AcceptanceFigure(TypedDict):
+    """What :func:`acceptance_figure` draws (only the title and why, when not available)."""
+
+    kind: str
+    title: str
+    not_available: str | None
+    k: NotRequired[int]
+    alpha: NotRequired[float]
+    tokens_per_step: NotRequired[float]
+    positions: NotRequired[list[int]]
+    by_position: NotRequired[list[float]]
+    geometric: NotRequired[list[float]]
+    accepted: NotRequired[list[int]]
+    histogram: NotRequired[list[float] | None]
+    histogram_source: NotRequired[str]
+    expected: NotRequired[list[float]]
+    note: NotRequired[str | None]
+
+
+def _histogram(acc: Acceptance, k: int) -> tuple[list[float] | None, str]:
     """Fractions of steps by accepted count 0..k, and where they come from (or why not)."""
     counts = acc.get("accepted_histogram")
     if isinstance(counts, Mapping):
@@ -42,8 +66,9 @@ def _histogram(acc: Mapping[str, Any], k: int) -> tuple[list[float] | None, str]
     )
 
 
-def _reason(analysis: Mapping[str, Any]) -> str:
-    told = (analysis.get("not_available") or {}).get("acceptance")
+def _reason(analysis: AnalysisDoc) -> str:
+    na = analysis.get("not_available")
+    told = na.get("acceptance") if na else None
     if told:
         return str(told)
     if analysis.get("mode") == "baseline":
@@ -51,7 +76,7 @@ def _reason(analysis: Mapping[str, Any]) -> str:
     return "the trace has no proposed/accepted marks"
 
 
-def acceptance_data(analysis: Mapping[str, Any]) -> dict[str, Any]:
+def acceptance_data(analysis: AnalysisDoc) -> AcceptanceFigure:
     """What figure 3 draws for *analysis* (an ``analyze --json`` dict of a speculative run)."""
     acc = analysis.get("acceptance")
     if not acc or not acc.get("by_position"):
@@ -94,13 +119,14 @@ def acceptance_data(analysis: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def acceptance_figure(data: Mapping[str, Any]) -> Figure:
+def acceptance_figure(data: AcceptanceFigure) -> Figure:
     """Draw figure 3 from :func:`acceptance_data`."""
     with style("acceptance"):
         fig = new_figure(10, 4.8)
         suptitle(fig, data["title"])
-        if data.get("not_available"):
-            not_available_panel(fig.add_subplot(), "acceptance", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(fig.add_subplot(), "acceptance", reason)
             return fig
         left, right = fig.subplots(1, 2)
         color = phase_color("draft")
@@ -142,6 +168,14 @@ def acceptance_figure(data: Mapping[str, Any]) -> Figure:
             right.set_title("accepted draft tokens per step", fontsize=10)
             right.yaxis.set_major_formatter(lambda v, _p: f"{v:.0%}")
             right.legend(loc="upper left", fontsize=8.5)
-        if data.get("note"):
-            fig.supxlabel(data["note"], fontsize=8, color="#666666")
+        note = data.get("note")
+        if note:
+            fig.supxlabel(note, fontsize=8, color="#666666")
         return fig
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> AcceptanceFigure:
+    """The acceptance of the first speculative run (else the first run, which says why it
+    has none) (``plot acceptance``)."""
+    spec = next((r for r in runs if r.analysis.mode == "spec"), runs[0])
+    return acceptance_data(spec.data)

@@ -16,8 +16,8 @@ share of a baseline run), so its chart is not available rather than drawn in ano
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -28,6 +28,11 @@ from specnsys.render.palette import phase_color
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 from specnsys.render.plots.phases import accelerable_label, generic_headline, headline
 
+if TYPE_CHECKING:
+    from specnsys.render.documents import AnalysisDoc, ComparisonDoc
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
+
 __all__ = ["amdahl_data", "amdahl_figure"]
 
 _CATCH_ALL = {"unannotated", "unattributed_gpu"}  # nothing a user can cut by name
@@ -36,18 +41,53 @@ _FRAME = "over the baseline"  # the one reference frame of every speedup on the 
 _POINTS = 60
 
 
+class Curve(TypedDict):
+    """Speedup against r for one bottleneck share (and a phase cut to zero, when *phase*)."""
+
+    label: str
+    p: float
+    ceiling: float | None
+    phase: str | None
+    r: list[float]
+    speedup: list[float]
+
+
+class Point(TypedDict):
+    """The pair's measured or predicted speedup at its r."""
+
+    kind: str
+    r: float
+    speedup: float
+    label: str
+
+
+class AmdahlFigure(TypedDict):
+    kind: str
+    title: str
+    not_available: str | None
+    subtitle: NotRequired[str]
+    p: NotRequired[float | None]
+    ceiling: NotRequired[float | None]
+    r_range: NotRequired[list[float]]
+    curves: NotRequired[list[Curve]]
+    points: NotRequired[list[Point]]
+    note: NotRequired[str | None]
+    x_label: NotRequired[str]
+    y_label: NotRequired[str]
+
+
 def _grid(lo: float, hi: float) -> list[float]:
     step = (math.log(hi) - math.log(lo)) / (_POINTS - 1)
     return [math.exp(math.log(lo) + i * step) for i in range(_POINTS)]
 
 
 def amdahl_data(
-    analysis: Mapping[str, Any],
-    comparison: Mapping[str, Any] | None = None,
+    analysis: AnalysisDoc,
+    comparison: ComparisonDoc | None = None,
     *,
     max_cuts: int = 2,
     cut: WhatCut | None = None,
-) -> dict[str, Any]:
+) -> AmdahlFigure:
     """What figure 2 draws.
 
     *analysis* is the ``analyze --json`` dict whose p the chart is about (the baseline's
@@ -60,10 +100,12 @@ def amdahl_data(
     if analysis.get("mode") == "generic":
         return _generic_data(cut, max_cuts + 1)
     p, _, sentence = headline(analysis, cut)
-    if comparison is not None and comparison.get("p") is not None:
-        p = float(comparison["p"])
+    compared_p = comparison.get("p") if comparison is not None else None
+    if compared_p is not None:
+        p = float(compared_p)
     elif analysis.get("mode") == "spec":
-        why = (analysis.get("not_available") or {}).get("p") or _NO_BASELINE
+        na = analysis.get("not_available")
+        why = (na.get("p") if na else None) or _NO_BASELINE
         return {"kind": "amdahl", "title": "Amdahl chart: not available", "not_available": why}
     if p is None:
         return {"kind": "amdahl", "title": sentence, "not_available": cut.not_available}
@@ -116,7 +158,7 @@ def amdahl_data(
 
 def _curve(
     grid: list[float], label: str, share: float, cut_share: float, phase: str | None
-) -> dict[str, Any]:
+) -> Curve:
     """One curve over *grid*: the speedup over the baseline when a phase of window share
     *cut_share* is gone and the accelerable part gets r times faster: 1 / ((1 - p - s) + p /
     r), which is Amdahl's law for p' = p / (1 - s), scaled by the 1 / (1 - s) the cut alone
@@ -133,7 +175,7 @@ def _curve(
     }
 
 
-def _cut_curve(grid: list[float], c: CutCandidate) -> dict[str, Any]:
+def _cut_curve(grid: list[float], c: CutCandidate) -> Curve:
     """The curve with the candidate *c* cut to zero. Its asymptote is its ceiling over the baseline, 1 / (1 - p - s); the
     ranking's 1 / (1 - p') is over the run with the phase already cut, another frame, so the
     legend gives p' and the baseline-frame ceiling only."""
@@ -144,14 +186,16 @@ def _cut_curve(grid: list[float], c: CutCandidate) -> dict[str, Any]:
 
 
 def _operating_points(
-    comparison: Mapping[str, Any] | None, r: float | None
-) -> list[dict[str, Any]]:
+    comparison: ComparisonDoc | None, r: float | None
+) -> list[Point]:
     """The measured and predicted speedups of the pair at its r (none without a pair)."""
-    points: list[dict[str, Any]] = []
+    points: list[Point] = []
     if comparison is None or r is None:
         return points
-    for key, what in (("measured_speedup", "measured"), ("predicted_speedup", "predicted")):
-        value = comparison.get(key)
+    for value, what in (
+        (comparison.get("measured_speedup"), "measured"),
+        (comparison.get("predicted_speedup"), "predicted"),
+    ):
         if value is not None:
             points.append(
                 {"kind": what, "r": r, "speedup": float(value),
@@ -160,7 +204,7 @@ def _operating_points(
     return points
 
 
-def _generic_data(cut: WhatCut, count: int) -> dict[str, Any]:
+def _generic_data(cut: WhatCut, count: int) -> AmdahlFigure:
     """A generic run has no accelerable phase, hence no single p: one Amdahl curve per largest
     named phase, ``p`` = its share of the window, ``r`` = how much faster that phase alone
     gets. Every speedup is over the run as measured; each curve levels off at ``1 / (1 - p)``,
@@ -170,7 +214,7 @@ def _generic_data(cut: WhatCut, count: int) -> dict[str, Any]:
         why = cut.not_available or "no named phase has time in the window"
         return {"kind": "amdahl", "title": "Amdahl chart: not available", "not_available": why}
     grid = _grid(1.0, 32.0)
-    curves = [
+    curves: list[Curve] = [
         {
             "label": f"{c.phase}: p = {c.share:.2f}, levels off at "
             + (f"{1.0 / (1.0 - c.share):.2f}x" if c.share < 1.0 else "no limit"),
@@ -200,14 +244,15 @@ def _generic_data(cut: WhatCut, count: int) -> dict[str, Any]:
     }
 
 
-def amdahl_figure(data: Mapping[str, Any]) -> Figure:
+def amdahl_figure(data: AmdahlFigure) -> Figure:
     """Draw figure 2 from :func:`amdahl_data`."""
     with style("amdahl"):
         fig = new_figure(9, 5.6)
         ax = fig.add_subplot()
         suptitle(fig, data["title"])
-        if data.get("not_available"):
-            not_available_panel(ax, "Amdahl chart", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(ax, "Amdahl chart", reason)
             return fig
         subtitle = "\n".join(x for x in (data["subtitle"], data.get("note")) if x)
         ax.set_title(subtitle, fontsize=9, color="#555555", fontweight="normal")
@@ -244,3 +289,14 @@ def amdahl_figure(data: Mapping[str, Any]) -> Figure:
         longest = max(len(c["label"]) for c in data["curves"])
         fig.legend(loc="outside lower center", ncol=1 if longest > 50 else 2, fontsize=8.5)
         return fig
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> AmdahlFigure:
+    """The first baseline's p, with the operating point of the first baseline/spec pair when
+    there is one (``plot amdahl``)."""
+    from specnsys.render.runs import pair_runs
+
+    if {"baseline", "spec"} <= {r.analysis.mode for r in runs}:
+        base, _spec, comparison = pair_runs(runs, same_output=options.same_output)[0]
+        return amdahl_data(base.data, comparison)
+    return amdahl_data(runs[0].data)

@@ -11,13 +11,14 @@ import io
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import matplotlib as mpl
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.text import Text
 
 from specnsys.errors import UsageError
 from specnsys.render.output import write_files
@@ -30,6 +31,7 @@ __all__ = [
     "FORMATS",
     "STYLE",
     "LEGEND_MAX",
+    "LabelBar",
     "fit_labels",
     "legend_phases",
     "new_figure",
@@ -45,7 +47,7 @@ __all__ = [
 FORMATS = ("png", "svg")
 """File formats a figure can be written as (chosen by the output file's suffix)."""
 
-STYLE: dict[RcKeyType, Any] = {
+STYLE: dict[RcKeyType, str | float | bool] = {
     "font.family": "DejaVu Sans",
     "font.size": 10,
     "axes.titlesize": 12,
@@ -212,7 +214,11 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
-def fit_labels(fig: Figure, labels: Mapping[Any, tuple[Axes, Any]]) -> None:
+LabelBar: TypeAlias = Patch | tuple[float, float, float, float]
+"""What a bar label must fit in: a patch, or a data-space ``(left, width, bottom, height)``."""
+
+
+def fit_labels(fig: Figure, labels: Mapping[Text, tuple[Axes, LabelBar]]) -> None:
     """Hide each text in *labels* that does not fit in its bar.
 
     *labels* maps a text to ``(axes, bar)``, the bar being a patch or a data-space rectangle

@@ -13,19 +13,57 @@ the curves and measured points are computed in the forecast layer).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from matplotlib.figure import Figure
 
+from specnsys.render.documents import document
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
-__all__ = ["forecast_data", "forecast_figure"]
+__all__ = ["ForecastDoc", "ForecastFigure", "forecast_data", "forecast_figure"]
+
+
+class Curve(TypedDict):
+    """Predicted speedup against k at one concurrency (:class:`specnsys.forecasting.results.
+    Curve`), with the measured points."""
+
+    concurrency: int
+    k: list[int]
+    speedup: list[float]
+    best_k: int
+    best_speedup: float
+    measured_k: list[int]
+    measured_speedup: list[float]
+
+
+class Workload(TypedDict):
+    source: str
+
+
+class HeldOut(TypedDict):
+    median_abs_error: float | None
+
+
+class ForecastDoc(TypedDict):
+    """``forecast --json`` (the keys read here)."""
+
+    curves: list[Curve]
+    workload: Workload
+    held_out: HeldOut
+
+
+class ForecastFigure(TypedDict):
+    kind: str
+    title: str
+    not_available: str | None
+    lines: NotRequired[list[Curve]]
 
 _COLORS = ("#1F77B4", "#D62728", "#2CA02C", "#9467BD", "#FF7F0E", "#8C564B", "#E377C2")
 
 
-def forecast_data(forecast: Mapping[str, Any]) -> dict[str, Any]:
+def forecast_data(doc: Mapping[str, object]) -> ForecastFigure:
     """What the figure draws, from a forecast's JSON dict."""
+    forecast = document(doc, ForecastDoc, "a forecast document")
     curves = [c for c in forecast.get("curves") or [] if c.get("k")]
     if not curves:
         return {
@@ -34,7 +72,7 @@ def forecast_data(forecast: Mapping[str, Any]) -> dict[str, Any]:
             "not_available": "needs a speculative source (draft, verify and acceptance) or "
             "--alpha: no speedup against k to draw",
         }
-    lines = []
+    lines: list[Curve] = []
     for c in curves:
         lines.append(
             {
@@ -47,22 +85,24 @@ def forecast_data(forecast: Mapping[str, Any]) -> dict[str, Any]:
                 "measured_speedup": [float(s) for s in c["measured_speedup"]],
             }
         )
-    work = forecast.get("workload") or {}
-    held = forecast.get("held_out") or {}
-    error = held.get("median_abs_error")
+    work = forecast.get("workload")
+    held = forecast.get("held_out")
+    error = held.get("median_abs_error") if held else None
     tail = f"; held-out error {error:.0%} (median)" if isinstance(error, float) else ""
-    title = f"predicted speedup against k for {work.get('source', 'the workload')}{tail}"
+    source = work.get("source", "the workload") if work else "the workload"
+    title = f"predicted speedup against k for {source}{tail}"
     return {"kind": "forecast", "title": title, "not_available": None, "lines": lines}
 
 
-def forecast_figure(data: Mapping[str, Any]) -> Figure:
+def forecast_figure(data: ForecastFigure) -> Figure:
     """Draw :func:`forecast_data`."""
     with style("forecast"):
         fig = new_figure(7.5, 4.8)
         suptitle(fig, data["title"])
         ax = fig.add_subplot()
-        if data.get("not_available"):
-            not_available_panel(ax, "forecast", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(ax, "forecast", reason)
             return fig
         top = 1.0
         for i, line in enumerate(data["lines"]):

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from specnsys.metrics.whatcut import WhatCut, accelerable_phases, what_to_cut
 from specnsys.render.palette import ordered_phases, phase_color, text_color_on
 from specnsys.render.plots.common import (
+    LabelBar,
     fit_labels,
     legend_phases,
     new_figure,
@@ -30,21 +33,59 @@ from specnsys.render.plots.common import (
     suptitle,
 )
 
+if TYPE_CHECKING:
+    from specnsys.render.documents import AnalysisDoc, PhaseRow
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
+
 __all__ = [
-    "accelerable_label", "generic_headline", "headline", "phases_data", "phases_figure",
+    "PhasesFigure", "accelerable_label", "generic_headline", "headline", "phases_data",
+    "phases_figure",
 ]
+
+
+class Segment(TypedDict):
+    """One phase of a run's bar: where it starts and how wide it is, and its labels."""
+
+    phase: str
+    wall_ns: int
+    share: float
+    left: float
+    width: float
+    text: str
+    text_long: str
+
+
+class PhaseBar(TypedDict):
+    label: str
+    mode: str | None
+    total: float
+    total_text: str
+    segments: list[Segment]
+
+
+class PhasesFigure(TypedDict):
+    kind: str
+    not_available: str | None
+    title: str
+    subtitle: str
+    unit: str
+    phases: list[str]
+    legend: list[str]
+    legend_more: int
+    bars: list[PhaseBar]
 
 _ACCEL_WORDS = {"forward": "decode forward", "draft+verify": "draft + verify"}
 
 
-def accelerable_label(analysis: Mapping[str, Any]) -> str:
+def accelerable_label(analysis: AnalysisDoc) -> str:
     """How titles name the accelerable work of *analysis* ("decode forward", ...)."""
     key = "+".join(accelerable_phases(analysis))
     return _ACCEL_WORDS.get(key, key.replace("+", " + "))
 
 
 def headline(
-    analysis: Mapping[str, Any], cut: WhatCut | None = None
+    analysis: AnalysisDoc, cut: WhatCut | None = None
 ) -> tuple[float | None, float | None, str]:
     """(p, ceiling, sentence) for *analysis*: the finding a title leads with.
 
@@ -89,61 +130,29 @@ def generic_headline(cut: WhatCut) -> str:
 
 
 def phases_data(
-    runs: Sequence[tuple[str, Mapping[str, Any]]], cuts: Sequence[WhatCut] | None = None
-) -> dict[str, Any]:
+    runs: Sequence[tuple[str, AnalysisDoc]], cuts: Sequence[WhatCut] | None = None
+) -> PhasesFigure:
     """What figure 1 draws for *runs* (label, ``analyze --json`` dict), top bar first.
     *cuts* is ``what_to_cut`` of each run, in order, when the caller has them."""
     cut_of = {id(a): c for (_, a), c in zip(runs, cuts, strict=True)} if cuts else {}
     per_token = all(int(a.get("tokens") or 0) > 0 for _, a in runs) and bool(runs)
     unit = "ms per output token" if per_token else "share of the run's window (%)"
     phases = ordered_phases(
-        name for _, a in runs for name, row in (a.get("phases") or {}).items() if row["wall_ns"]
+        name for _, a in runs for name, row in _phase_rows(a).items() if row["wall_ns"]
     )
-    bars: list[dict[str, Any]] = []
-    for label, a in runs:
-        window = int(a.get("window_ns") or 0)
-        tokens = int(a.get("tokens") or 0)
-        left, segments = 0.0, []
-        for name in phases:
-            row = (a.get("phases") or {}).get(name)
-            if not row or not row["wall_ns"] or window <= 0:
-                continue
-            wall = int(row["wall_ns"])
-            share = float(row.get("share", wall / window))
-            width = wall / tokens / 1e6 if per_token else share * 100
-            segments.append(
-                {
-                    "phase": name,
-                    "wall_ns": wall,
-                    "share": share,
-                    "left": left,
-                    "width": width,
-                    "text": f"{share:.0%}" if share >= 0.005 else "",
-                    "text_long": f"{name} {share:.0%}",
-                }
-            )
-            left += width
-        total = (
-            f"{window / tokens / 1e6:.3f} ms/token, {tokens} tokens"
-            if per_token
-            else f"{window / 1e6:.1f} ms window"
-        )
-        bars.append(
-            {"label": label, "mode": a.get("mode"), "total": left, "total_text": total,
-             "segments": segments}
-        )  # fmt: skip
+    bars = [_bar(label, a, phases, per_token) for label, a in runs]
     weights: dict[str, float] = {}
     for bar in bars:
         for seg in bar["segments"]:
             weights[seg["phase"]] = weights.get(seg["phase"], 0.0) + seg["share"]
     legend = legend_phases(phases, weights)
-    lead = next((a for _, a in runs if a.get("mode") == "baseline"), runs[0][1] if runs else {})
-    title = headline(lead, cut_of.get(id(lead)))[2] if runs else "no runs"
+    lead = next((a for _, a in runs if a.get("mode") == "baseline"), runs[0][1] if runs else None)
+    title = headline(lead, cut_of.get(id(lead)))[2] if lead is not None else "no runs"
     spec_shares = sorted(
         p for _, a in runs if a is not lead and a.get("mode") == "spec"
         for p in [headline(a, cut_of.get(id(a)))[0]] if p is not None
     )  # fmt: skip
-    finding = _per_token_finding(runs, lead) if per_token else ""
+    finding = _per_token_finding(runs, lead) if per_token and lead is not None else ""
     if spec_shares:
         lo, hi = spec_shares[0], spec_shares[-1]
         span = f"{lo:.0%}" if f"{lo:.0%}" == f"{hi:.0%}" else f"{lo:.0%} to {hi:.0%}"
@@ -170,14 +179,52 @@ def phases_data(
     }
 
 
-def _per_token_finding(
-    runs: Sequence[tuple[str, Mapping[str, Any]]], lead: Mapping[str, Any]
-) -> str:
+def _bar(label: str, a: AnalysisDoc, phases: list[str], per_token: bool) -> PhaseBar:
+    """One run's bar: a segment per phase with time, as ms per output token or as a share
+    of the run's window."""
+    window = int(a.get("window_ns") or 0)
+    tokens = int(a.get("tokens") or 0)
+    left = 0.0
+    segments: list[Segment] = []
+    for name in phases:
+        row = _phase_rows(a).get(name)
+        if not row or not row["wall_ns"] or window <= 0:
+            continue
+        wall = int(row["wall_ns"])
+        share = float(row.get("share", wall / window))
+        width = wall / tokens / 1e6 if per_token else share * 100
+        segments.append(
+            {
+                "phase": name,
+                "wall_ns": wall,
+                "share": share,
+                "left": left,
+                "width": width,
+                "text": f"{share:.0%}" if share >= 0.005 else "",
+                "text_long": f"{name} {share:.0%}",
+            }
+        )
+        left += width
+    total = (
+        f"{window / tokens / 1e6:.3f} ms/token, {tokens} tokens"
+        if per_token
+        else f"{window / 1e6:.1f} ms window"
+    )
+    return {"label": label, "mode": a.get("mode"), "total": left, "total_text": total,
+            "segments": segments}  # fmt: skip
+
+
+def _phase_rows(analysis: AnalysisDoc) -> dict[str, PhaseRow]:
+    return analysis.get("phases") or {}
+
+
+def _per_token_finding(runs: Sequence[tuple[str, AnalysisDoc]], lead: AnalysisDoc) -> str:
     """The clause "speculation is 2.2x slower per token" (or "1.6x faster", or a range over
     several speculative runs): each run's time per output token over its baseline's, the
     baseline being the nearest one before it in *runs* (else *lead*), as ``compare`` pairs
     them; "" when no speculative run has a baseline."""
-    ratios, baseline = [], lead if lead.get("mode") == "baseline" else None
+    ratios: list[float] = []
+    baseline = lead if lead.get("mode") == "baseline" else None
     for _label, a in runs:
         if a.get("mode") == "baseline":
             baseline = a
@@ -196,9 +243,10 @@ def _per_token_finding(
     return f"speculation is {_span(faster[-1:])} faster to {_span(slower[-1:])} slower per token"
 
 
-def _per_token(analysis: Mapping[str, Any]) -> float:
-    """The bar total: window over tokens (what ``compare``'s measured speedup divides)."""
-    return int(analysis["window_ns"]) / int(analysis["tokens"])
+def _per_token(analysis: AnalysisDoc) -> float:
+    """The bar total: window over tokens (what ``compare``'s measured speedup divides); only
+    asked of runs that counted their tokens."""
+    return int(analysis["window_ns"]) / int(analysis.get("tokens") or 0)
 
 
 def _span(factors: Sequence[float]) -> str:
@@ -206,19 +254,20 @@ def _span(factors: Sequence[float]) -> str:
     return lo if lo == hi else f"{lo[:-1]} to {hi}"
 
 
-def phases_figure(data: Mapping[str, Any]) -> Figure:
+def phases_figure(data: PhasesFigure) -> Figure:
     """Draw figure 1 from :func:`phases_data`."""
     with style("phases"):
         bars = data["bars"]
         fig = new_figure(10, 1.6 + 0.75 * max(len(bars), 1))
         ax = fig.add_subplot()
         suptitle(fig, data["title"])
-        if data.get("not_available"):
-            not_available_panel(ax, "phase breakdown", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(ax, "phase breakdown", reason)
             return fig
         ax.set_title(data["subtitle"], fontsize=9, color="#555555", fontweight="normal")
         n = len(bars)
-        labels = {}
+        labels: dict[Text, tuple[Axes, LabelBar]] = {}
         longest = max((b["total"] for b in bars), default=1.0) or 1.0
         for i, bar in enumerate(bars):
             y = n - 1 - i
@@ -251,7 +300,7 @@ def phases_figure(data: Mapping[str, Any]) -> Figure:
         return fig
 
 
-def _one_label_per_segment(labels: Mapping[Any, tuple[Any, Any]]) -> None:
+def _one_label_per_segment(labels: Mapping[Text, tuple[Axes, LabelBar]]) -> None:
     """Keep only the first visible label of each segment (the long one when it fitted)."""
     seen: set[int] = set()
     for text, (_ax, patch) in labels.items():
@@ -259,3 +308,8 @@ def _one_label_per_segment(labels: Mapping[Any, tuple[Any, Any]]) -> None:
             if id(patch) in seen:
                 text.set_visible(False)
             seen.add(id(patch))
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> PhasesFigure:
+    """The phases figure of analyzed traces: one bar per run (``plot phases``)."""
+    return phases_data([(r.label, r.data) for r in runs])

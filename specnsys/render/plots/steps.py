@@ -16,14 +16,19 @@ ladder, and the data says so (``zero``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypeAlias, TypedDict
 
 from matplotlib.figure import Figure
 
 from specnsys.render.palette import ordered_phases
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
-__all__ = ["STEP_QUANTILES", "steps_data", "steps_figure"]
+if TYPE_CHECKING:
+    from specnsys.render.documents import AnalysisDoc, Spread
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
+
+__all__ = ["STEP_QUANTILES", "StepsFigure", "steps_data", "steps_figure"]
 
 STEP_QUANTILES = ("p50", "p90", "p99", "max")
 """The points of each ladder, in order."""
@@ -34,23 +39,57 @@ TOKEN_ROW = "per output token"
 _MARKERS = {"p50": "o", "p90": "^", "p99": "D", "max": "x"}
 _RUN_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860")
 
+Ladder: TypeAlias = dict[str, float | None]
+"""One row's quantiles (:data:`STEP_QUANTILES`) in ms."""
 
-def _ms(spread: Mapping[str, Any] | None) -> dict[str, float | None] | None:
+
+class StepRun(TypedDict):
+    """One drawn run: its ladders per phase and per output token, and the rows' zero points."""
+
+    label: str
+    mode: str | None
+    steps: int
+    of: str | None
+    step_ms: Ladder | None
+    per_token_ms: Ladder | None
+    phases: dict[str, Ladder]
+    zero: dict[str, list[str]]
+
+
+class Skipped(TypedDict):
+    label: str
+    not_available: str
+
+
+class StepsFigure(TypedDict):
+    kind: str
+    title: str
+    not_available: str | None
+    skipped: list[Skipped]
+    unit: NotRequired[str]
+    rows: NotRequired[list[str]]
+    runs: NotRequired[list[StepRun]]
+
+
+def _ms(spread: Spread | None) -> Ladder | None:
     if not isinstance(spread, Mapping) or not spread.get("count"):
         return None
-    return {q: (None if spread.get(q) is None else float(spread[q]) / 1e6) for q in STEP_QUANTILES}
+    every = {"p50": spread.get("p50"), "p90": spread.get("p90"), "p99": spread.get("p99"),
+             "max": spread.get("max")}  # fmt: skip
+    return {q: (None if (ns := every[q]) is None else float(ns) / 1e6) for q in STEP_QUANTILES}
 
 
-def steps_data(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+def steps_data(runs: Sequence[tuple[str, AnalysisDoc]]) -> StepsFigure:
     """What the figure draws for *runs* (label, ``analyze --json`` dict): per run, each
     phase's and the per-token step-time quantiles in ms; runs without decode steps are listed
     with their reason and not drawn."""
-    drawn: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
+    drawn: list[StepRun] = []
+    skipped: list[Skipped] = []
     for label, a in runs:
         dist = a.get("step_distributions")
         if not isinstance(dist, Mapping) or not dist.get("steps"):
-            why = (a.get("not_available") or {}).get("step_distributions") or "no decode steps"
+            na = a.get("not_available")
+            why = (na.get("step_distributions") if na else None) or "no decode steps"
             skipped.append({"label": label, "not_available": str(why)})
             continue
         phases: dict[str, dict[str, float | None]] = {}
@@ -97,24 +136,21 @@ def steps_data(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def _title(runs: Sequence[Mapping[str, Any]]) -> str:
+def _title(runs: Sequence[StepRun]) -> str:
     """The finding: the time per output token's p50 and p99 per run (what SLOs are written
     in), or the step time's where tokens were not counted."""
-    key, what = (
-        ("per_token_ms", "time per output token")
-        if all(r["per_token_ms"] for r in runs)
-        else ("step_ms", "decode step time")
-    )
+    per_token = all(r["per_token_ms"] for r in runs)
+    what = "time per output token" if per_token else "decode step time"
     parts = []
     for r in runs:
-        q = r[key] or {}
-        if q.get("p50") is None or q.get("p99") is None:
+        q = r["per_token_ms"] if per_token else r["step_ms"]
+        if not q or q.get("p50") is None or q.get("p99") is None:
             continue
         parts.append(f"{r['label']} p50 {q['p50']:.3g} / p99 {q['p99']:.3g} ms")
     return f"{what} per step: " + "; ".join(parts) if parts else f"{what}: no quantiles"
 
 
-def steps_figure(data: Mapping[str, Any]) -> Figure:
+def steps_figure(data: StepsFigure) -> Figure:
     """Draw :func:`steps_data`."""
     with style("steps"):
         rows = list(data.get("rows") or [])
@@ -122,8 +158,9 @@ def steps_figure(data: Mapping[str, Any]) -> Figure:
         fig = new_figure(9.0, max(3.2, 0.55 * len(rows) * max(1, len(runs)) ** 0.5 + 1.6))
         suptitle(fig, data["title"])
         ax = fig.add_subplot()
-        if data.get("not_available"):
-            not_available_panel(ax, "step-time tails", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(ax, "step-time tails", reason)
             return fig
         band = 0.8 / max(1, len(runs))
         for i, run in enumerate(runs):
@@ -133,7 +170,7 @@ def steps_figure(data: Mapping[str, Any]) -> Figure:
                 if not q:
                     continue
                 y = j - 0.4 + band * (i + 0.5)
-                points = [(name, q[name]) for name in STEP_QUANTILES if q.get(name)]
+                points = [(name, x) for name in STEP_QUANTILES if (x := q.get(name))]
                 if len(points) >= 2:
                     ax.plot([points[0][1], points[-1][1]], [y, y], "-", color=color, lw=1.2)
                 for name, x in points:
@@ -153,3 +190,8 @@ def steps_figure(data: Mapping[str, Any]) -> Figure:
         ax.grid(True, axis="x", which="both", color="#EEEEEE")
         ax.legend(fontsize=8, loc="best")
         return fig
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> StepsFigure:
+    """The step-time tails of analyzed traces, one panel row per run (``plot steps``)."""
+    return steps_data([(r.label, r.data) for r in runs])

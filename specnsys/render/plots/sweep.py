@@ -8,45 +8,81 @@ analysis), else ``concurrency`` when every run reports a distinct one, else the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from specnsys.errors import UsageError
 from specnsys.render.palette import phase_color
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
-__all__ = ["sweep_data", "sweep_figure"]
+if TYPE_CHECKING:
+    from specnsys.render.documents import AnalysisDoc, ComparisonDoc
+    from specnsys.render.renderer import RenderOptions
+    from specnsys.render.runs import Run
+
+__all__ = ["SweepFigure", "SweepRun", "sweep_data", "sweep_figure"]
 
 
-def _k(analysis: Mapping[str, Any]) -> int | None:
+class SweepRun(TypedDict):
+    """One speculative run of a sweep, with its comparison against its baseline."""
+
+    label: str
+    analysis: AnalysisDoc
+    comparison: ComparisonDoc | None
+
+
+class SweepFigure(TypedDict):
+    kind: str
+    title: str
+    not_available: str | None
+    axis: NotRequired[str]
+    x: NotRequired[list[int] | list[str]]
+    labels: NotRequired[list[str]]
+    measured: NotRequired[list[float]]
+    predicted: NotRequired[list[float]]
+    gap: NotRequired[list[float]]
+    p: NotRequired[list[float | None]]
+    r: NotRequired[list[float | None]]
+
+
+def _k(analysis: AnalysisDoc) -> int | None:
     k = analysis.get("k")
     if k is None:
-        k = (analysis.get("acceptance") or {}).get("k")
+        acceptance = analysis.get("acceptance")
+        k = acceptance.get("k") if acceptance else None
     return None if k is None else int(k)
 
 
-def _axis(runs: Sequence[Mapping[str, Any]]) -> tuple[str, list[Any]]:
-    for name, get in (("k", _k), ("concurrency", lambda a: a.get("concurrency"))):
+def _concurrency(analysis: AnalysisDoc) -> int | None:
+    return analysis.get("concurrency")
+
+
+def _axis(runs: Sequence[SweepRun]) -> tuple[str, list[int]] | None:
+    """The setting the runs differ by (k, else concurrency), and each run's value; None when
+    neither tells every run apart."""
+    for name, get in (("k", _k), ("concurrency", _concurrency)):
         values = [get(r["analysis"]) for r in runs]
-        if all(v is not None for v in values) and len(set(values)) == len(values):
-            return name, values
-    return "run", [r["label"] for r in runs]
+        present = [v for v in values if v is not None]
+        if len(present) == len(values) and len(set(present)) == len(present):
+            return name, present
+    return None
 
 
-def sweep_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def sweep_data(runs: Sequence[SweepRun]) -> SweepFigure:
     """What figure 4 draws.
 
     Each run is ``{"label": str, "analysis": analyze dict of the speculative run,
     "comparison": compare dict against its baseline}``.
     """
     usable = [
-        r
+        (r, c, m_, p_)
         for r in runs
-        if r.get("comparison")
-        and r["comparison"].get("measured_speedup") is not None
-        and r["comparison"].get("predicted_speedup") is not None
+        if (c := r.get("comparison"))
+        and (m_ := c.get("measured_speedup")) is not None
+        and (p_ := c.get("predicted_speedup")) is not None
     ]
     if not usable:
         return {
@@ -54,16 +90,20 @@ def sweep_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "title": "sweep: not available",
             "not_available": "needs at least one speculative run compared with a baseline",
         }
-    axis, xs = _axis(usable)
-    if axis != "run":
-        usable = [r for _, r in sorted(zip(xs, usable, strict=True), key=lambda t: t[0])]
-        xs = sorted(xs)
-    measured = [float(r["comparison"]["measured_speedup"]) for r in usable]
-    predicted = [float(r["comparison"]["predicted_speedup"]) for r in usable]
+    found = _axis([r for r, *_ in usable])
+    xs: list[int] | list[str]
+    if found is None:
+        axis, xs = "run", [r["label"] for r, *_ in usable]
+    else:
+        axis, values = found
+        usable = [u for _, u in sorted(zip(values, usable, strict=True), key=lambda t: t[0])]
+        xs = sorted(values)
+    measured = [float(m) for _r, _c, m, _p in usable]
+    predicted = [float(p) for _r, _c, _m, p in usable]
     # compare's gap: measured / predicted - 1 (negative: the run fell short of the prediction).
     gap = [
-        float(r["comparison"]["gap"]) if r["comparison"].get("gap") is not None else m / p - 1
-        for r, m, p in zip(usable, measured, predicted, strict=True)
+        float(g_) if (g_ := c.get("gap")) is not None else m / p - 1
+        for (_r, c, _m, _p), m, p in zip(usable, measured, predicted, strict=True)
     ]
     best = max(range(len(usable)), key=lambda i: measured[i])
     worst = max(range(len(usable)), key=lambda i: abs(gap[i]))
@@ -79,23 +119,24 @@ def sweep_data(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "not_available": None,
         "axis": axis,
         "x": xs,
-        "labels": [r["label"] for r in usable],
+        "labels": [r["label"] for r, *_ in usable],
         "measured": measured,
         "predicted": predicted,
         "gap": gap,
-        "p": [r["comparison"].get("p") for r in usable],
-        "r": [r["comparison"].get("r") for r in usable],
+        "p": [c.get("p") for _r, c, _m, _p in usable],
+        "r": [c.get("r") for _r, c, _m, _p in usable],
     }
 
 
-def sweep_figure(data: Mapping[str, Any]) -> Figure:
+def sweep_figure(data: SweepFigure) -> Figure:
     """Draw figure 4 from :func:`sweep_data`."""
     with style("sweep"):
         fig = new_figure(8.5, 5.2)
         ax = fig.add_subplot()
         suptitle(fig, data["title"])
-        if data.get("not_available"):
-            not_available_panel(ax, "sweep", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(ax, "sweep", reason)
             return fig
         positions = list(range(len(data["x"])))
         accel = phase_color("verify")
@@ -122,3 +163,24 @@ def sweep_figure(data: Mapping[str, Any]) -> Figure:
         ax.grid(True, axis="y", color="#EEEEEE")
         fig.legend(loc="outside lower center", ncol=3, fontsize=8.5)
         return fig
+
+
+def from_runs(runs: Sequence[Run], options: RenderOptions) -> SweepFigure:
+    """Each speculative run against the nearest baseline before it (two runs may come in
+    either order) (``plot sweep`` of traces)."""
+    from specnsys.render.runs import pair_runs
+
+    modes = {r.analysis.mode for r in runs}
+    if "generic" in modes:
+        raise UsageError(
+            "sweep needs a baseline trace and at least one speculative trace (it draws p, r "
+            "and speedups); generic runs have none: use plot phases or compare A B"
+        )
+    if not {"baseline", "spec"} <= modes:
+        raise UsageError("sweep needs a baseline trace and at least one speculative trace")
+    return sweep_data(
+        [
+            {"label": s.label, "analysis": s.data, "comparison": c}
+            for _b, s, c in pair_runs(runs, same_output=options.same_output)
+        ]
+    )

@@ -13,14 +13,50 @@ layer does not read datasets).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
+from specnsys.render.documents import document
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
-__all__ = ["sweep_grid_data", "sweep_grid_figure"]
+__all__ = ["SweepDoc", "SweepGridFigure", "sweep_grid_data", "sweep_grid_figure"]
+
+
+class Median(TypedDict):
+    median: float | None
+
+
+class Cell(TypedDict):
+    """One configuration of a sweep: its labels and its measured speedup."""
+
+    role: str
+    labels: dict[str, str]
+    measured_speedup: Median | None
+    noisy: NotRequired[bool | None]
+
+
+class SweepDoc(TypedDict):
+    """What :meth:`specnsys.runset.sweep.SweepResult.to_dict` holds (the keys read here)."""
+
+    cells: list[Cell]
+
+
+class Panel(TypedDict):
+    labels: dict[str, str]
+    k: list[str]
+    concurrency: list[str]
+    measured: list[list[float | None]]
+    noisy: list[list[bool | None]]
+    style: str
+
+
+class SweepGridFigure(TypedDict):
+    kind: str
+    title: str
+    not_available: str | None
+    panels: NotRequired[list[Panel]]
 
 
 def _order(value: str) -> tuple[int, float, str]:
@@ -30,13 +66,19 @@ def _order(value: str) -> tuple[int, float, str]:
         return (1, 0.0, value)
 
 
-def sweep_grid_data(sweep: Mapping[str, Any]) -> dict[str, Any]:
+def _median(cell: Cell) -> float | None:
+    speedup = cell.get("measured_speedup")
+    return speedup.get("median") if speedup else None
+
+
+def sweep_grid_data(doc: Mapping[str, object]) -> SweepGridFigure:
     """What the figure draws, from a sweep's JSON dict."""
+    sweep = document(doc, SweepDoc, "a sweep document")
     cells = [
-        c
+        (c, median)
         for c in sweep.get("cells", [])
         if c.get("role") == "spec"
-        and (c.get("measured_speedup") or {}).get("median") is not None
+        and (median := _median(c)) is not None
         and "k" in c["labels"]
         and "concurrency" in c["labels"]
     ]
@@ -47,21 +89,21 @@ def sweep_grid_data(sweep: Mapping[str, Any]) -> dict[str, Any]:
             "not_available": "needs speculative cells with k and concurrency labels and a "
             "measured speedup (cells by --by k,concurrency; a baseline per configuration)",
         }
-    groups: dict[tuple[tuple[str, str], ...], list[Mapping[str, Any]]] = {}
-    for c in cells:
+    groups: dict[tuple[tuple[str, str], ...], list[tuple[Cell, float]]] = {}
+    for c, median in cells:
         rest = tuple(
             sorted((n, v) for n, v in c["labels"].items() if n not in ("k", "concurrency"))
         )
-        groups.setdefault(rest, []).append(c)
-    panels = []
+        groups.setdefault(rest, []).append((c, median))
+    panels: list[Panel] = []
     for rest, own in sorted(groups.items()):
-        ks = sorted({c["labels"]["k"] for c in own}, key=_order)
-        cs = sorted({c["labels"]["concurrency"] for c in own}, key=_order)
+        ks = sorted({c["labels"]["k"] for c, _ in own}, key=_order)
+        cs = sorted({c["labels"]["concurrency"] for c, _ in own}, key=_order)
         grid: list[list[float | None]] = [[None] * len(cs) for _ in ks]
         noisy: list[list[bool | None]] = [[None] * len(cs) for _ in ks]
-        for c in own:
+        for c, median in own:
             i, j = ks.index(c["labels"]["k"]), cs.index(c["labels"]["concurrency"])
-            grid[i][j] = float(c["measured_speedup"]["median"])
+            grid[i][j] = float(median)
             noisy[i][j] = c.get("noisy")
         panels.append(
             {
@@ -73,8 +115,7 @@ def sweep_grid_data(sweep: Mapping[str, Any]) -> dict[str, Any]:
                 "style": "heatmap" if len(ks) >= 2 and len(cs) >= 2 else "lines",
             }
         )
-    best = max(cells, key=lambda c: c["measured_speedup"]["median"])
-    top = best["measured_speedup"]["median"]
+    best, top = max(cells, key=lambda cell: cell[1])
     where = f"k = {best['labels']['k']}, concurrency = {best['labels']['concurrency']}"
     title = (
         f"best measured speedup {top:.2f}x at {where}"
@@ -84,14 +125,15 @@ def sweep_grid_data(sweep: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": "sweep-grid", "title": title, "not_available": None, "panels": panels}
 
 
-def sweep_grid_figure(data: Mapping[str, Any]) -> Figure:
+def sweep_grid_figure(data: SweepGridFigure) -> Figure:
     """Draw :func:`sweep_grid_data`."""
     with style("sweep-grid"):
         panels = data.get("panels") or []
         fig = new_figure(max(6.0, 4.6 * max(1, len(panels))), 4.8)
         suptitle(fig, data["title"])
-        if data.get("not_available"):
-            not_available_panel(fig.add_subplot(), "sweep", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(fig.add_subplot(), "sweep", reason)
             return fig
         values = [v for p in panels for row in p["measured"] for v in row if v is not None]
         lo, hi = min([*values, 0.99]), max([*values, 1.01])

@@ -16,12 +16,16 @@ every bar's true width; only the drawing widens.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import NotRequired, TypedDict
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
+from specnsys.render.documents import LanesDoc, Span, lanes_doc
 from specnsys.render.palette import ordered_phases, phase_color, text_color_on
 from specnsys.render.plots.common import (
+    LabelBar,
     fit_labels,
     legend_phases,
     new_figure,
@@ -31,14 +35,49 @@ from specnsys.render.plots.common import (
     suptitle,
 )
 
-__all__ = ["timeline_data", "timeline_figure"]
+__all__ = ["TimelineFigure", "timeline_data", "timeline_figure"]
+
+
+class Bar(TypedDict):
+    phase: str | None
+    start_ms: float
+    width_ms: float
+    text: str
+
+
+class Row(TypedDict):
+    """One lane: its name, kind (``cpu``, ``api``, ``gpu``, ``gap``) and bars."""
+
+    name: str
+    kind: str
+    bars: list[Bar]
+
+
+class Gap(TypedDict):
+    start_ms: float
+    width_ms: float
+    cpu_phase: str | None
+
+
+class TimelineFigure(TypedDict):
+    kind: str
+    title: str
+    not_available: str | None
+    rows: list[Row]
+    subtitle: NotRequired[str]
+    window_ms: NotRequired[float]
+    phases: NotRequired[list[str]]
+    legend: NotRequired[list[str]]
+    legend_more: NotRequired[int]
+    notes: NotRequired[list[str]]
+    min_width_ms: NotRequired[float]
 
 _LABEL_MIN = 0.02  # bars narrower than this share of the window never get a text label
 _MIN_SHARE = 0.002  # bars narrower than this share of the window are drawn this wide
 _GAP_COLOR = "#F3F3F3"
 
 
-def _bar(row: Mapping[str, Any], window: int, text: str | None = None) -> dict[str, Any]:
+def _bar(row: Span, window: int, text: str | None = None) -> Bar:
     start, end = int(row["start_ns"]), int(row["end_ns"])
     wide = window > 0 and (end - start) / window >= _LABEL_MIN
     return {
@@ -49,10 +88,11 @@ def _bar(row: Mapping[str, Any], window: int, text: str | None = None) -> dict[s
     }
 
 
-def timeline_data(lanes: Mapping[str, Any]) -> dict[str, Any]:
+def timeline_data(doc: Mapping[str, object]) -> TimelineFigure:
     """What figure 5 draws, from :meth:`TimelineLanes.to_dict`."""
+    lanes = lanes_doc(doc)
     window = int(lanes["window_ns"])
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     levels = sorted({int(r["level"]) for r in lanes["cpu"]})
     for level in levels:
         name = "CPU: driver thread" if level == 0 else f"CPU: nested {level}"
@@ -71,7 +111,7 @@ def timeline_data(lanes: Mapping[str, Any]) -> dict[str, Any]:
     for lane in gpu_lanes:
         bars = [_bar(r, window, str(r["name"])) for r in lanes["gpu"] if r["lane"] == lane]
         rows.append({"name": lane, "kind": "gpu", "bars": bars})
-    gaps = [
+    gaps: list[Gap] = [
         {
             "start_ms": int(g["start_ns"]) / 1e6,
             "width_ms": (int(g["end_ns"]) - int(g["start_ns"])) / 1e6,
@@ -127,7 +167,7 @@ def timeline_data(lanes: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _title(lanes: Mapping[str, Any], gaps: list[dict[str, Any]], gpu: bool) -> str:
+def _title(lanes: LanesDoc, gaps: list[Gap], gpu: bool) -> str:
     """The finding: how busy the GPU was and its longest idle gap, or, without GPU work, the
     two largest phases of the driver thread."""
     window = int(lanes["window_ns"])
@@ -152,25 +192,33 @@ def _title(lanes: Mapping[str, Any], gaps: list[dict[str, Any]], gpu: bool) -> s
 _EMPTY = "nothing ran in the window: no phase range, CUDA API call or GPU work"
 
 
+def _phase_color(phase: str | None) -> str:
+    """The colour of a bar outside the GPU idle lane: only a gap has no phase."""
+    if phase is None:
+        raise ValueError("a timeline bar outside the GPU idle lane has no phase")
+    return phase_color(phase)
+
+
 def _ms(value: float) -> str:
     """A duration for a note: three significant digits, in ms or us."""
     return f"{value:.3g} ms" if value >= 0.1 else f"{value * 1e3:.3g} us"
 
 
-def timeline_figure(data: Mapping[str, Any]) -> Figure:
+def timeline_figure(data: TimelineFigure) -> Figure:
     """Draw figure 5 from :func:`timeline_data`."""
     with style("timeline"):
         rows = data["rows"]
         fig = new_figure(10, 1.9 + 0.55 * max(len(rows), 1))
         ax = fig.add_subplot()
         suptitle(fig, data["title"])
-        if data.get("not_available"):
-            not_available_panel(ax, "timeline", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(ax, "timeline", reason)
             return fig
         min_width = data.get("min_width_ms", 0.0)
         subtitle = "\n".join([data["subtitle"], *data["notes"]])
         ax.set_title(subtitle, fontsize=9, color="#555555", fontweight="normal")
-        labels = {}
+        labels: dict[Text, tuple[Axes, LabelBar]] = {}
         n = len(rows)
         for i, row in enumerate(rows):
             y = n - 1 - i
@@ -187,12 +235,11 @@ def timeline_figure(data: Mapping[str, Any]) -> Figure:
                     ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=_GAP_COLOR,
                                    edgecolors="#AAAAAA", linewidth=edge, hatch="////")  # fmt: skip
                 else:
-                    # only a gap has no phase
-                    ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=phase_color(cast(str, phase)),
+                    ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=_phase_color(phase),
                                    edgecolors="white", linewidth=edge)  # fmt: skip
             for bar in row["bars"]:
                 if bar["text"]:
-                    color = _GAP_COLOR if row["kind"] == "gap" else phase_color(bar["phase"])
+                    color = _GAP_COLOR if row["kind"] == "gap" else _phase_color(bar["phase"])
                     t = ax.text(
                         bar["start_ms"] + bar["width_ms"] / 2, y, bar["text"], ha="center",
                         va="center", fontsize=8, color=text_color_on(color), clip_on=True,

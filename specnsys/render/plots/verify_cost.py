@@ -14,18 +14,63 @@ The data comes from :func:`specnsys.runset.sweep.verify_cost_points` (plain dict
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from specnsys.render.documents import document
 from specnsys.render.palette import phase_color
 from specnsys.render.plots.common import new_figure, not_available_panel, style, suptitle
 
-__all__ = ["verify_cost_data", "verify_cost_figure"]
+__all__ = ["VerifyCostFigure", "VerifyCostPoints", "verify_cost_data", "verify_cost_figure"]
 
 
-def verify_cost_data(points: Mapping[str, Any]) -> dict[str, Any]:
+class Fit(TypedDict):
+    """A least-squares line: ns at x = 0 and ns per unit of x, over *steps* points."""
+
+    intercept: float
+    slope: float
+    steps: int
+    r2: float | None
+
+
+class VerifySteps(TypedDict):
+    positions: list[int]
+    verify_ns: list[int]
+
+
+class BaselineSteps(TypedDict):
+    batch: list[int]
+    forward_ns: list[int]
+
+
+class Family(TypedDict):
+    """The runs of one model/workload: their steps and fitted lines."""
+
+    labels: dict[str, str]
+    verify: VerifySteps
+    baseline: BaselineSteps
+    verify_fit: Fit | None
+    baseline_forward_fit: Fit | None
+
+
+class VerifyCostPoints(TypedDict):
+    """What :func:`specnsys.runset.sweep.verify_cost_points` returns (the keys read here)."""
+
+    families: list[Family]
+
+
+class VerifyCostFigure(TypedDict):
+    kind: str
+    title: str
+    not_available: str | None
+    families: NotRequired[list[Family]]
+
+
+def verify_cost_data(doc: Mapping[str, object]) -> VerifyCostFigure:
     """What the figure draws, from the verify-cost points of a dataset."""
+    points = document(doc, VerifyCostPoints, "verify-cost points")
     families = [f for f in points.get("families", []) if f["verify"]["positions"]]
     if not families:
         return {
@@ -34,10 +79,9 @@ def verify_cost_data(points: Mapping[str, Any]) -> dict[str, Any]:
             "not_available": "needs speculative decode steps with verify ranges, k and a batch "
             "size (proposed/accepted marks or request ranges)",
         }
-    fitted = [f for f in families if f.get("verify_fit")]
-    if fitted:
-        f = max(fitted, key=lambda f: f["verify_fit"]["steps"])
-        fit = f["verify_fit"]
+    fits = [fit for f in families if (fit := f.get("verify_fit"))]
+    if fits:
+        fit = max(fits, key=lambda fit: fit["steps"])
         title = (
             f"verification costs {fit['slope']:,.0f} ns per extra verified position "
             f"(fitted on {fit['steps']} steps, R^2 {fit['r2'] or 0:.2f})"
@@ -47,7 +91,7 @@ def verify_cost_data(points: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": "verify-cost", "title": title, "not_available": None, "families": families}
 
 
-def _line(ax: Any, fit: Mapping[str, Any] | None, xs: list[float], color: str, label: str) -> None:
+def _line(ax: Axes, fit: Fit | None, xs: list[float], color: str, label: str) -> None:
     if not fit or not xs:
         return
     lo, hi = min(xs), max(xs)
@@ -55,14 +99,15 @@ def _line(ax: Any, fit: Mapping[str, Any] | None, xs: list[float], color: str, l
             color=color, lw=1.8, label=label)  # fmt: skip
 
 
-def verify_cost_figure(data: Mapping[str, Any]) -> Figure:
+def verify_cost_figure(data: VerifyCostFigure) -> Figure:
     """Draw :func:`verify_cost_data`."""
     with style("verify-cost"):
         families = data.get("families") or []
         fig = new_figure(max(6.5, 5.0 * max(1, len(families))), 4.8)
         suptitle(fig, data["title"])
-        if data.get("not_available"):
-            not_available_panel(fig.add_subplot(), "verify cost", data["not_available"])
+        reason = data.get("not_available")
+        if reason:
+            not_available_panel(fig.add_subplot(), "verify cost", reason)
             return fig
         axes = fig.subplots(1, len(families), squeeze=False)[0]
         verify, forward = phase_color("verify"), phase_color("forward")
