@@ -54,6 +54,10 @@ class AttributionContext:
         self._sql_index: PhaseIndex | None = None
         self._runtime: dict[int | None, pl.DataFrame] = {}
         self._lean_runtime: dict[int | None, pl.DataFrame] = {}
+        self.frames: dict[tuple[object, ...], pl.DataFrame] = {}
+        """Frames the layers above computed for this trace and rules, by their own key: a
+        second caller in the same run reads the first one's (the decode steps, which the
+        analysis and ``collect`` both use)."""
 
     def phase_index(
         self, *, for_sql: bool = False, ranges: pl.DataFrame | None = None
