@@ -48,11 +48,13 @@ from specnsys.metrics.findings import findings_of
 from specnsys.metrics.memory import DeviceMemory, device_memory
 from specnsys.metrics.os_runtime import OsRuntime, os_runtime_calls
 from specnsys.metrics.ranks import ranks_of_analysis
+from specnsys.metrics.registry import MetricContext, PhaseRow, registered
 from specnsys.metrics.requests import distribution, request_latencies
 from specnsys.metrics.steps import STEP_COLUMNS, step_phase_times, step_table
 from specnsys.metrics.structure import DraftForwards, draft_forwards, structural_warnings
 from specnsys.metrics.tokens import GIVEN, NOTE_PREFIX, count_tokens
 from specnsys.metrics.top_kernels import TopKernels, top_kernels_by_phase
+from specnsys.results import JSONValue, NotAvailable
 from specnsys.vocabulary import (
     ACCELERABLE,
     BASELINE_ACCELERABLE,
@@ -98,20 +100,6 @@ _MISSING_EVERYTHING = (
 # forwards a step ran (draft_forwards_per_step), nesting, structural warnings; 9: --window,
 # step_distributions, findings
 ANALYSIS_VERSION = 9
-
-
-class PhaseRow(TypedDict):
-    """One phase of ``Analysis.phases``: its exclusive wall time and share of the window, the
-    GPU work attributed to it (None without GPU activity), the CPU time its ranges held,
-    how many ranges it had and whether speculative decoding accelerates it."""
-
-    wall_ns: int
-    share: float
-    gpu_busy_ns: int | None
-    kernels: int | None
-    cpu_inclusive_ns: int
-    ranges: int
-    accelerable: bool
 
 
 class NonAccelerable(TypedDict):
@@ -223,6 +211,10 @@ class Analysis:
     """Every process that launched GPU work or has phase ranges, when there are several and
     no ``pid`` was given (:func:`specnsys.metrics.ranks.ranks_dict`); else None, and
     ``not_available["ranks"]`` says why."""
+    metrics: dict[str, JSONValue] = field(default_factory=dict)
+    """The registered metrics' payloads by key (:mod:`specnsys.metrics.registry`), each at
+    the top level of :meth:`to_dict` (null with its reason in ``not_available`` when the trace
+    cannot support it); empty when no metric is registered."""
     breakdown: PhaseBreakdown | None = field(default=None, compare=False, repr=False)
     data_warnings: tuple[str, ...] = field(default=(), compare=False)
     """What the export's data-quality checks found (``PATH: note``), filled in by
@@ -253,7 +245,7 @@ class Analysis:
     def to_dict(self) -> dict[str, object]:
         """The ``analyze --json`` contract (issue 5) plus the details reports and plots use."""
         non_acc = self.non_accelerable()
-        return {
+        doc: dict[str, object] = {
             "path": self.path,
             "mode": self.mode,
             "pid": self.pid,
@@ -302,6 +294,10 @@ class Analysis:
             "ranks": self.ranks,
             "profiler_overhead": self.profiler_overhead,
         }
+        taken = doc.keys() & self.metrics.keys()
+        if taken:
+            raise ValueError(f"registered metrics reuse analyze's own keys: {sorted(taken)}")
+        return {**doc, **self.metrics}
 
     def with_control(self, control: ControlSummary, source: str) -> Analysis:
         """This analysis with the profiler's overhead against the unprofiled control runs
@@ -419,6 +415,8 @@ def analyze_trace(
         "pid": pid,
         "window": spec.text,
     }
+    if registered():  # absent without extra metrics: the analyses cached before stay valid
+        key["metrics"] = [f"{m.key}:{m.version}" for m in registered()]
     stored = trace.load_derived("analysis", key)
     # itself read back when stored
     b = exclusive_phase_times(trace, pid=pid, window=spec, rules=given, context=context)
@@ -533,6 +531,7 @@ def _analyze(
     tails = _tails_part(run, lat)
     gpu_part = _gpu_part(run)
     process = _process_part(run, pid, context)
+    metrics = _registered_metrics(run)
     return Analysis(
         path=path,
         mode=mode,
@@ -550,6 +549,7 @@ def _analyze(
         not_available=run.na,
         warnings=run.warnings,
         breakdown=b,
+        metrics=metrics,
         **tokens,
         **p_part,
         **speculative,
@@ -807,6 +807,25 @@ def _process_part(
     if ranks_reason:
         run.na["ranks"] = ranks_reason
     return {"os_runtime": osrt, "ranks": ranks}
+
+
+def _registered_metrics(run: _Run) -> dict[str, JSONValue]:
+    """The registered metrics' payloads (:mod:`specnsys.metrics.registry`), computed from a
+    :class:`MetricContext`: a metric that cannot be computed is null, its reason noted."""
+    if not registered():
+        return {}
+    context = MetricContext(
+        run.trace, run.b, run.scope, run.mapping, run.mode, run.gpu, dict(run.phases),
+        run.step_phase,
+    )  # fmt: skip
+    out: dict[str, JSONValue] = {}
+    for metric in registered():
+        value = metric.compute(context)
+        if isinstance(value, NotAvailable):
+            run.na[metric.key] = value.reason
+            value = None
+        out[metric.key] = value
+    return out
 
 
 #: Fields of :class:`Analysis` kept in the trace cache (all but the breakdown, kept on its own,

@@ -11,7 +11,9 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
+from specnsys.metrics.registry import registered
 from specnsys.metrics.structure import DRAFT_FORWARD_SOURCES
 from specnsys.metrics.tokens import source_words
 from specnsys.render.documents import (
@@ -31,6 +33,7 @@ from specnsys.render.documents import (
     leviathan_doc,
 )
 from specnsys.render.window_words import window_rule_words
+from specnsys.results import JSONValue
 
 __all__ = [
     "render_analysis_text",
@@ -554,6 +557,18 @@ def _top_kernels(d: AnalysisDoc, max_phases: int = 4, per_phase: int = 3) -> lis
     return lines
 
 
+def _registered_metrics(d: Mapping[str, object]) -> list[str]:
+    """One line per registered metric (:mod:`specnsys.metrics.registry`) the document has a
+    value of, as the metric writes it; a null one is listed under "not available"."""
+    lines = []
+    for metric in registered():
+        payload = d.get(metric.key)
+        line = None if payload is None else metric.text(cast(JSONValue, payload))
+        if line is not None:
+            lines.append(line)
+    return lines
+
+
 def render_analysis_text(doc: Mapping[str, object]) -> str:
     """The ``analyze`` report of an ``analyze --json`` document: the answer first, then the
     evidence, then what is missing."""
@@ -581,7 +596,7 @@ def render_analysis_text(doc: Mapping[str, object]) -> str:
     ]
     for block in (
         _ranks(d), _overhead(d), _acceptance(d), _findings(d), _top_kernels(d), _latency(d),
-        _step_tails(d), _bandwidth(d), _memory(d),
+        _step_tails(d), _bandwidth(d), _memory(d), _registered_metrics(d),
     ):
         if block:
             lines += ["", *block]
@@ -603,7 +618,7 @@ def _render_generic_text(d: AnalysisDoc) -> str:
     ]
     blocks = (
         _ranks(d), _findings(d), _top_kernels(d), _os_runtime(d), _latency(d), _bandwidth(d),
-        _memory(d),
+        _memory(d), _registered_metrics(d),
     )
     for block in blocks:
         if block:

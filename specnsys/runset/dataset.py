@@ -37,6 +37,8 @@ import polars as pl
 
 from specnsys.errors import BadInputError, OutputError
 from specnsys.held_signals import signals_held
+from specnsys.metrics import registry
+from specnsys.results import JSONValue
 from specnsys.runset.labels import LABEL_NAME
 from specnsys.small_files import WriteError, write_files
 
@@ -152,20 +154,42 @@ REQUEST_COLUMNS: dict[str, pl.DataType] = {
 }
 
 
+#: Polars' type of a registered metric's column (:data:`specnsys.metrics.registry.ColumnType`).
+METRIC_COLUMN_TYPES: dict[str, pl.DataType] = {
+    "int": pl.Int64(), "float": pl.Float64(), "str": pl.String(), "bool": pl.Boolean(),
+}  # fmt: skip
+
+
+def _metric_columns() -> dict[str, pl.DataType]:
+    """The headline columns the registered metrics declare, with their types."""
+    return {
+        name: METRIC_COLUMN_TYPES[kind]
+        for metric in registry.registered()
+        for name, kind in metric.columns.items()
+    }
+
+
 def headline_row(doc: Mapping[str, object]) -> dict[str, object]:
     """analyze's JSON *doc* as one flat row: its scalar keys, the nested numbers of
-    :data:`NESTED_COLUMNS`, and the whole document as ``analysis_json``."""
+    :data:`NESTED_COLUMNS`, the columns registered metrics declare
+    (:mod:`specnsys.metrics.registry`), and the whole document as ``analysis_json``."""
     row: dict[str, object] = {key: doc.get(key) for key in HEADLINE_TYPES}
     for (outer, inner), (column, _) in NESTED_COLUMNS.items():
         nested = doc.get(outer)
         row[column] = nested.get(inner) if isinstance(nested, dict) else None
+    for metric in registry.registered():
+        payload = doc.get(metric.key)
+        for name, value in registry.column_values(metric, cast(JSONValue, payload)).items():
+            if name in row:
+                raise ValueError(f"metric {metric.key!r}: column {name!r} is already taken")
+            row[name] = value
     row["analysis_json"] = json.dumps(doc, sort_keys=True)
     return row
 
 
 def _headline_schema(row: Mapping[str, object]) -> dict[str, pl.DataType]:
-    nested = dict(NESTED_COLUMNS.values())
-    return {key: HEADLINE_TYPES.get(key) or nested.get(key) or pl.String() for key in row}
+    known = {**_metric_columns(), **dict(NESTED_COLUMNS.values()), **HEADLINE_TYPES}
+    return {key: known.get(key) or pl.String() for key in row}
 
 
 @dataclass

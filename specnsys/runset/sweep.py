@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 import polars as pl
 
 from specnsys.errors import BadInputError, UsageError
+from specnsys.metrics import registry
 from specnsys.metrics.analysis import Analysis
 from specnsys.metrics.comparison import Comparison, compare_runs
 from specnsys.runset.check import NOISE_MADS, REPEAT_LABELS
@@ -156,6 +157,8 @@ def analysis_from_doc(doc: dict[str, JSONValue]) -> Analysis:
     # JSON back into the fields: the constructor and the fields' own readers are the check
     # (a document from another version fails here, or where a field is read)
     values: dict[str, Any] = {n: doc[n] for n in names if n in doc}
+    # the registered metrics' payloads are top-level keys of the document (Analysis.to_dict)
+    values["metrics"] = {k: doc[k] for k in registry.metric_keys() if k in doc}
     try:
         return Analysis(**values)
     except TypeError as exc:
