@@ -93,7 +93,27 @@ def test_nsys_and_torch_profiler_agree(captures: dict[str, tuple[Path, Path]], m
     assert (nsys.tokens, nsys.steps, nsys.requests) == (torch.tokens, torch.steps, torch.requests)
     assert nsys.tokens == 4 * 48
     assert nsys.acceptance == torch.acceptance
-    assert abs(nsys.window_ns - torch.window_ns) <= 0.001 * nsys.window_ns
+    # The torch profiler times with an approximate (TSC) clock that it converts to ns by a
+    # factor calibrated while it runs; on a loaded machine (CI, two test workers) that clock
+    # ran 0.5 % fast against nsys's (window ratio 1.0051 and 1.0049), on a quiet one within
+    # 0.1 %. So the two see the same window up to one scale factor: a bounded factor, and
+    # every request's duration scaled by that same factor (a reader that mis-timed some ranges
+    # would break it).
+    scale = torch.window_ns / nsys.window_ns
+    assert abs(scale - 1) <= 0.01, scale
+    pairs = zip(_request_durations(captures[mode][0]), _request_durations(captures[mode][1]),
+                strict=True)  # fmt: skip
+    for by_nsys, by_torch in pairs:
+        assert by_torch / by_nsys == pytest.approx(scale, rel=5e-4), (by_nsys, by_torch, scale)
+
+
+def _request_durations(path: Path) -> list[int]:
+    """The durations of the trace's request ranges, in start order."""
+    with specnsys.open(path) as trace:
+        rows = trace.sql(
+            "SELECT duration FROM nvtx WHERE text = 'request' AND kind = 'start_end' ORDER BY start"
+        ).fetchall()
+    return [int(row[0]) for row in rows]
 
 
 def test_compare_shows_the_two_side_by_side(captures: dict[str, tuple[Path, Path]]) -> None:
