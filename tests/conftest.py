@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import tempfile
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -50,43 +53,70 @@ def corpus_cache(corpus_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 #
 # Each test module is one unit of work, so a module-scoped fixture (a capture, a built corpus
 # cache) is made once, on one worker. Two units are larger:
-# - "nsys": every module with a test that runs nsys. Two nsys captures at the same moment on one
-#   machine can fail inside nsys ("Local Endpoint is not available"), so they run one at a time,
-#   on one worker;
 # - "corpus": the modules that share the session's corpus cache (``corpus_cache``), so each real
-#   export is built once, not once per worker.
-# Both go first, so that the short modules fill the other worker around them.
-_FIRST_GROUPS = ("nsys", "corpus")
+#   export is built once, not once per worker. It goes first.
+# - "nsys": every module with a test that runs nsys, on one worker, last, and each of its tests
+#   alone on the machine: the other workers wait (a shared/exclusive file lock around every
+#   test, fixtures included). Two nsys processes at once fail inside nsys (``sem_open``, "Local
+#   Endpoint is not available"), and the capture tests check timings (the program's own clock
+#   against the trace's, two profilers of one run) that a busy second core disturbs.
+_FIRST, _LAST = "corpus", "nsys"
+_GROUP = pytest.StashKey[str]()
 
 
 def _group_of_module(items: list[pytest.Item]) -> str:
     if any(item.get_closest_marker("nsys") for item in items):
-        return "nsys"
+        return _LAST
     if any("corpus_cache" in getattr(item, "fixturenames", ()) for item in items):
-        return "corpus"
+        return _FIRST
     return items[0].nodeid.split("::")[0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hand out the groups in the order given below, not by their number of tests."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test its module's xdist group (see above) and put the large groups first.
+    """Give every test its module's xdist group (see above); corpus first, nsys last.
 
     Without ``--dist loadgroup`` the marks change nothing and the order is the collected one."""
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    group: dict[str, str] = {}
-    for module, members in modules.items():
-        group[module] = _group_of_module(members)
+    for members in modules.values():
+        group = _group_of_module(members)
         for item in members:
-            item.add_marker(pytest.mark.xdist_group(group[module]))
+            item.add_marker(pytest.mark.xdist_group(group))
+            item.stash[_GROUP] = group
 
     def rank(item: pytest.Item) -> int:
-        name = group[item.nodeid.split("::")[0]]
-        return _FIRST_GROUPS.index(name) if name in _FIRST_GROUPS else len(_FIRST_GROUPS)
+        group = item.stash[_GROUP]
+        return 0 if group == _FIRST else 2 if group == _LAST else 1
 
     if getattr(config.option, "dist", "no") != "no":
         items.sort(key=rank)  # stable: the order within a group is the collected one
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    """On an xdist worker: an nsys test (its setup, call and teardown) holds the run's lock
+    exclusively, every other test holds it shared, so no test runs beside an nsys one."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return (yield)
+    path = Path(tempfile.gettempdir()) / f"specnsys-tests-{run}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        alone = item.stash.get(_GROUP, "") == _LAST
+        fcntl.flock(fd, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        return (yield)
+    finally:
+        os.close(fd)
 
 
 def json_doc(value: object) -> dict[str, Any]:
