@@ -19,7 +19,8 @@ figures of each collect:
   ``collect_wall * workers / N - work``, where ``work`` is the median time of
   ``analyse_trace`` (what a worker runs per trace) on a cold cache in an interpreter whose
   imports are already paid: pool and worker start, the dataset writes in the parent, the
-  hand-over of results, and idle workers at the end.
+  hand-over of results, and idle workers at the end. It is a difference of two measured
+  times: near zero, machine noise can make it come out slightly negative.
 
 The machine's core count bounds the speedup (``os.cpu_count()`` is printed).
 
