@@ -21,6 +21,7 @@ from specnsys.readers.kineto import KINETO
 from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES, corpus_files
 from tests.kineto_builder import ChromeTrace
+from tests.test_schema_command import _legacy_export  # the same pre-2022 export
 
 
 def _mismatches(tables: dict[str, pa.Table]) -> list[str]:
@@ -67,18 +68,6 @@ def _every_source_export(folder: Path) -> Path:
     b.osrt(120, 140, "pthread_cond_wait")
     b.cpu_sample(130)
     return b.write(folder / "every_source.sqlite")
-
-
-def _legacy_export(folder: Path) -> Path:
-    """A pre-2022 layout (no metadata, TARGET_INFO_GPU.deviceId) with GPU work and metrics."""
-    b = NsysExportBuilder(legacy=True)
-    b.thread(2, 3, "worker")
-    b.push_pop(0, 50, "forward")
-    b.runtime(1, 2, "cudaMemcpyAsync", 9, pid=2, tid=3)
-    b.memcpy(3, 4, 8, 9, pid=2)
-    b.gpu(1)
-    b.gpu_metric(5, 1, 7, "SM Active", 3)
-    return b.write(folder / "legacy.sqlite")
 
 
 def _chrome_trace(folder: Path, name: str = "loop.json") -> Path:
