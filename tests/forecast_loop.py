@@ -49,6 +49,14 @@ class Costs:
     y0: int = 10_000
     y1: int = 1_000
     gap: int = 7_000
+    prefill_knot: int | None = None
+    """With a knot, a prompt token past it costs ``v1`` (one more verify position), not
+    ``p1``: a prefill whose cost per token falls as the pass grows, as on a CPU."""
+
+    def prefill(self, inp: int) -> int:
+        if self.prefill_knot is None or inp <= self.prefill_knot:
+            return self.p0 + self.p1 * inp
+        return self.p0 + self.p1 * self.prefill_knot + self.v1 * (inp - self.prefill_knot)
 
 
 COSTS = Costs()
@@ -135,9 +143,9 @@ def build_run(
         for slot, (rid, (inp, out)) in admitted:
             seq = _Seq(rid, out - 1, out, t)
             rng("kv", c.kv_admit)
-            b.push_pop(t, t + c.p0 + c.p1 * inp, "prefill", **kw)
+            b.push_pop(t, t + c.prefill(inp), "prefill", **kw)
             b.mark(t + 1, "input_tokens", payload_int=inp, **kw)
-            t += c.p0 + c.p1 * inp
+            t += c.prefill(inp)
             rng("sample", c.s_first)
             rng("sync", c.y_first)
             b.mark(t, "first_token", payload_int=rid, **kw)

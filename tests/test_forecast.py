@@ -16,7 +16,7 @@ from specnsys.forecasting.results import Forecast, FormulaForecast
 from specnsys.forecasting.workload import Workload
 from specnsys.results import NotAvailable, load, save, to_dict
 from specnsys.runset.forecast import fit_data, forecast
-from tests.forecast_loop import COSTS, build_run, constant, iid, lengths
+from tests.forecast_loop import COSTS, Costs, build_run, constant, iid, lengths
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 ALPHA = 0.6
@@ -135,6 +135,41 @@ def test_forecast_at_unbuilt_configurations_within_2_percent(
     assert cell.baseline_ns_per_output_token == pytest.approx(b.per_token_ns, rel=0.02)
     assert cell.speedup == pytest.approx(b.per_token_ns / s.per_token_ns, rel=0.02)
     assert cell.p == pytest.approx(b.phases["forward"] / b.window_ns, rel=0.02)
+
+
+def test_prompts_past_the_longest_fitted_one_cost_what_the_longer_passes_measured(
+    tmp_path: Path,
+) -> None:
+    """Fitted on prompts of at most 16 tokens while the verify passes ran over up to 20
+    positions, a forecast of 60-120-token prompts takes each token past the 16th at the
+    verify's cost per position (the built loop's prefill bends there), not the short
+    prompts' steeper slope extrapolated: within 2 % of a trace built at those prompts."""
+    costs = Costs(p0=200_000, p1=60_000, prefill_knot=16)
+    short = lengths(8, (8, 16), (20, 40), seed=3)
+    fit = []
+    for c in (1, 4):
+        fit.append(build_run(tmp_path / f"b{c}.sqlite", short, concurrency=c, costs=costs))
+        for k in (2, 4):
+            fit.append(build_run(tmp_path / f"s{c}{k}.sqlite", short, concurrency=c, k=k,
+                                 accepted=iid(ALPHA, k), costs=costs))  # fmt: skip
+    data, _ = fit_data(fit)
+    req = lengths(10, (60, 120), (20, 40), seed=4)
+    base = build_run(tmp_path / "base.sqlite", req, concurrency=4, costs=costs)
+    built, _ = fit_data([base])
+    (measured,) = built.runs
+    workload = Workload(tuple(o for _, o in req), tuple(i for i, _ in req), None, len(req), "x")
+    f = forecast_data(data, workload=workload, concurrency=[4], k=[2], hold_out=False)
+    (term,) = (t for t in f.model.terms if t.name == "prefill")
+    assert term.knot == 16
+    assert term.coefficients["input_tokens"] == pytest.approx(costs.p1, rel=0.01)
+    assert term.coefficients["input_tokens"] + term.coefficients["input_tokens_beyond"] == (
+        pytest.approx(costs.v1, rel=0.01)
+    )
+    assert term.assumed is not None and "verify" in term.assumed
+    assert f.cells[0].baseline_ns_per_output_token == pytest.approx(measured.per_token_ns,
+                                                                     rel=0.02)  # fmt: skip
+    draft_prefill = next(t for t in f.model.terms if t.name == "draft_prefill")
+    assert draft_prefill.knot is None  # the draft passes reached 4 rows, not past 15 tokens
 
 
 def test_deterministic_acceptance_is_forecast_exactly(fit_set: list[Path], tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ position (by sampling labels where runs carry them).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -263,12 +263,62 @@ def _prefill_term(b: _Builder, phase: str) -> bool:
     runs = [r for r in b.data.runs if r.run_id in set(marked["run_id"].to_list())]
     exclusive = float(sum(r.phases.get(phase, 0) for r in runs))
     calibration = exclusive / float(marked["duration_ns"].sum())
-    b.terms.append(
-        _term(phase, "both", f"{phase} range time", names, fit,
-              f"{marked.height} {phase} ranges of {len(runs)} runs", calibration, assumed,
-              symbol=f"{phase}_ns")
-    )  # fmt: skip
+    term = _term(phase, "both", f"{phase} range time", names, fit,
+                 f"{marked.height} {phase} ranges of {len(runs)} runs", calibration, assumed,
+                 symbol=f"{phase}_ns")  # fmt: skip
+    b.terms.append(_with_knot(b, term, float(marked["input_tokens"].cast(pl.Float64).max())))  # type: ignore[arg-type]
     return True
+
+
+#: The step terms whose passes run the same model as a prefill term, with the coefficient
+#: that is their cost per position and the step column that counts their positions.
+_PASSES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "prefill": (("verify", "positions", "positions"), ("forward", "batch", "batch")),
+    "draft_prefill": (("draft", "forward_batch", "batch"),),
+}
+
+
+def _with_knot(b: _Builder, term: Term, longest: float) -> Term:
+    """*term* with a knot at its *longest* fitted prompt when the same model's decode passes
+    ran over more positions than that in one pass: past the knot, each prompt token costs
+    their fitted cost per position, the evidence that reaches there, not the prefill fit's
+    slope extrapolated (on a CPU the per-token cost of a pass falls as it grows: a slope
+    fitted on short prompts overstates long ones). The passes' reach and slope are said in
+    ``assumed``."""
+    slope = term.coefficients.get("input_tokens")
+    if slope is None:
+        return term
+    fitted = {t.name: t for t in b.terms}
+    rows = _step_rows(b.data)
+    best: tuple[float, float, str] | None = None
+    for name, coefficient, column in _PASSES.get(term.name, ()):
+        pass_term = fitted.get(name)
+        if pass_term is None or coefficient not in pass_term.coefficients:
+            continue
+        role, _phase, y, _names = STEP_TERMS[name]
+        own = rows.filter((pl.col("role") == role) & (pl.col(y) > 0))
+        most = own[column].max()
+        if not isinstance(most, int | float):
+            continue
+        reach, per_position = float(most), pass_term.coefficients[coefficient]
+        if reach > longest and per_position > 0 and (best is None or reach > best[0]):
+            best = (reach, per_position, name)
+    if best is None:
+        return term
+    reach, per_position, name = best
+    said = (
+        f"prompts past {longest:.0f} tokens (the longest fitted): each further token costs "
+        f"{per_position / 1e3:.2f} us, one more position of the {name} passes (fitted over up "
+        f"to {reach:.0f} positions per pass), not the prefill slope of "
+        f"{slope / 1e3:.2f} us extrapolated"
+    )
+    return replace(
+        term,
+        coefficients={**term.coefficients, "input_tokens_beyond": per_position - slope},
+        formula=f"{term.formula} + c[input_tokens_beyond]*max(0, input_tokens - {longest:.0f})",
+        assumed=said if term.assumed is None else f"{term.assumed}; {said}",
+        knot=longest,
+    )
 
 
 def _run_rows(data: FitData, role: str) -> pl.DataFrame:

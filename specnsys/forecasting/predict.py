@@ -7,7 +7,8 @@ each phase's predicted time is then (docs/forecast.md#from-terms-to-a-run):
   run's sums -- ``steps`` for the constant, ``sequence_steps`` for the batch, ``(k+1) x
   sequence_steps`` for the positions, ``F x ...`` for the draft forwards -- times its
   calibration (exclusive phase time over range time in the fit runs);
-* a prefill term: ``sum over requests of (c0 + c1 * input_tokens)`` times its calibration;
+* a prefill term: ``sum over requests of (c0 + c1 * input_tokens)`` (plus, past its knot,
+  ``c2 * (input_tokens - knot)``) times its calibration;
 * a run term (everything else): its fit at the run's steps, sequence-steps and requests.
 
 Cuts (``--cut``) then take their share off a phase; a cut larger than the phase is refused.
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from specnsys.errors import UsageError
 from specnsys.forecasting.fitdata import BASELINE, SPEC
@@ -144,8 +147,10 @@ def predict_run(
         term = term_of(model, phase)
         if term is None:
             continue
-        read = sums.input_tokens - (sums.requests if phase == "draft_prefill" else 0)
-        prefill_values = {"prefill": float(sums.requests), "input_tokens": max(read, 0.0)}
+        less = 1 if phase == "draft_prefill" else 0
+        read = sums.input_tokens - less * sums.requests
+        prefill_values = {"prefill": float(sums.requests), "input_tokens": max(read, 0.0),
+                          "input_tokens_beyond": _beyond(term, inputs, workload, sums, less)}  # fmt: skip
         phases[phase] = _evaluate(term, prefill_values) * _value(term.calibration)
     suffix = f"/{role}"
     for term in model.terms:
@@ -159,6 +164,20 @@ def predict_run(
     phases = {p: max(v, 0.0) for p, v in phases.items()}
     prediction = RunPrediction(role, kk, concurrency, phases, sums.tokens, sums, forwards)
     return apply_cuts(prediction, cuts), tuple(notes)
+
+
+def _beyond(
+    term: Term, inputs: Sequence[int] | None, workload: Workload, sums: RunSums, less: int
+) -> float:
+    """The prompt tokens a run reads past *term*'s knot (``Term.knot``), summed over its
+    requests: each request's tokens past it, or their weighted mean times the requests."""
+    if term.knot is None or inputs is None:
+        return 0.0
+    over = np.clip(np.asarray(inputs, dtype=np.float64) - less - term.knot, 0.0, None)
+    if workload.weights is None:
+        return float(over.sum())
+    w = np.asarray(workload.weights, dtype=np.float64)
+    return float(sums.requests * (over * w).sum() / w.sum())
 
 
 def _evaluate(term: Term, values: dict[str, float]) -> float:

@@ -58,6 +58,10 @@ class Term:
     hold nothing else; a GPU trace's exclusive time also takes kernels that outlast a range)."""
     assumed: str | None = None
     """What had to be assumed because the rows could not tell (None: nothing)."""
+    knot: float | None = None
+    """A prefill term's longest fitted prompt, past which each token costs what one more
+    position costs in the target passes that reached further (``input_tokens_beyond``
+    counts the tokens past it; None: the fit's own slope throughout)."""
 
 
 @dataclass(frozen=True)
