@@ -17,8 +17,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from specnsys import api
+from specnsys.metrics.analysis import AnalysisDocument
 from specnsys.runset.collect import collect
-from specnsys.runset.dataset import HEADLINE_TYPES, NESTED_COLUMNS
+from specnsys.runset.dataset import HEADLINE_TYPES, NESTED_COLUMNS, scalar_columns
 from specnsys.runset.labels import Labeler
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -94,6 +95,23 @@ def test_the_schema_names_every_scalar_that_analyze_reports() -> None:
     }
     missing = scalars - set(HEADLINE_TYPES) - nested_when_measured
     assert not missing, f"analyze reports {sorted(missing)}: add them to HEADLINE_TYPES"
+
+
+def test_the_typed_document_is_what_analyze_reports_and_its_scalars_are_the_columns() -> None:
+    """The dataset's headline columns are derived from the typed ``analyze --json`` document:
+    its keys are to_dict()'s, in order, on a baseline and a speculative sample; its scalar
+    keys are the columns, with their types; a scalar key added to a document is a column."""
+    for name in ("baseline_chat_c4", "spec_chat_c4_k4"):
+        doc = api.analyze(SAMPLES / f"{name}.sqlite").to_dict()
+        assert list(doc) == list(AnalysisDocument.__annotations__)
+    assert HEADLINE_TYPES["p"] == pl.Float64() and HEADLINE_TYPES["pid"] == pl.Int64()
+    assert HEADLINE_TYPES["gpu"] == pl.Boolean() and HEADLINE_TYPES["mode"] == pl.String()
+    assert "phases" not in HEADLINE_TYPES and "acceptance" not in HEADLINE_TYPES
+
+    class Wider(AnalysisDocument):
+        queue_wait_ns: int | None
+
+    assert scalar_columns(Wider) == {**HEADLINE_TYPES, "queue_wait_ns": pl.Int64()}
 
 
 def test_a_second_collect_analyses_only_new_or_changed_traces(tmp_path: Path) -> None:

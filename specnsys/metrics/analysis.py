@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from specnsys.ingest.summary import Capability
 
 __all__ = [
-    "ACCELERABLE", "GENERIC", "Analysis", "GpuTime", "Latency", "NonAccelerable", "PhaseRow",
+    "ACCELERABLE", "GENERIC", "Analysis", "AnalysisDocument", "GpuTime", "Latency", "NonAccelerable", "PhaseRow",
     "ProfilerOverhead", "analysis_steps", "analyze_trace", "detect_mode",
 ]
 
@@ -141,6 +141,61 @@ class ProfilerOverhead(TypedDict):
     profiled_per_token_ns: float | None
     overhead: float | None
     of: str
+
+
+class AnalysisDocument(TypedDict):
+    """The ``analyze --json`` object, key by key in its order (:meth:`Analysis.to_dict`; the
+    registered metrics' keys follow). The dataset's headline columns are its scalar keys
+    (:data:`specnsys.runset.dataset.HEADLINE_TYPES`), so a key added here is a column there.
+    A number the trace cannot support is null, with the reason under ``not_available``."""
+
+    path: str | None
+    mode: str
+    pid: int | None
+    rules: str
+    window_start_ns: int
+    window_end_ns: int
+    window_ns: int
+    window_source: str | None
+    window_of: str | None
+    window_rule: str
+    window_dropped: WindowDropped | None
+    tokens: int | None
+    tokens_source: str | None
+    steps: int
+    requests: int
+    k: int | None
+    phases: dict[str, PhaseRow]
+    shares_of: str
+    p: float | None
+    accelerable_ns: int
+    accelerable_phases: list[str]
+    accelerable_share: float
+    non_accelerable: list[NonAccelerable]
+    dominant_non_accelerable: str | None
+    per_token_ns: float | None
+    sampler_share: float
+    amdahl_ceiling: float | None
+    acceptance: Acceptance | None
+    draft_cost_ratio: float | None
+    draft_forwards_per_step: float | None
+    draft_forwards_source: str | None
+    nesting: NestingFacts | None
+    per_range_ns: dict[str, float | None]
+    latency: Latency
+    step_distributions: dict[str, object] | None
+    bandwidth: Bandwidth | None
+    device_memory: DeviceMemory | None
+    whatif: dict[str, object] | None
+    gpu: bool
+    gpu_time: GpuTime | None
+    top_kernels: TopKernels | None
+    findings: dict[str, object] | None
+    os_runtime: OsRuntime | None
+    not_available: dict[str, str]
+    warnings: list[str]
+    ranks: dict[str, object] | None
+    profiler_overhead: ProfilerOverhead | None
 
 
 @dataclass(frozen=True)
@@ -245,7 +300,7 @@ class Analysis:
     def to_dict(self) -> dict[str, object]:
         """The ``analyze --json`` contract (issue 5) plus the details reports and plots use."""
         non_acc = self.non_accelerable()
-        doc: dict[str, object] = {
+        doc: AnalysisDocument = {
             "path": self.path,
             "mode": self.mode,
             "pid": self.pid,

@@ -38,6 +38,7 @@ import polars as pl
 from specnsys.errors import BadInputError, OutputError
 from specnsys.held_signals import signals_held
 from specnsys.metrics import registry
+from specnsys.metrics.analysis import AnalysisDocument
 from specnsys.results import JSONValue
 from specnsys.runset.labels import LABEL_NAME
 from specnsys.small_files import WriteError, write_files
@@ -88,38 +89,34 @@ class Manifest(TypedDict):
 TABLES = ("runs", "phases", "steps", "requests")
 LABEL_PREFIX = "label_"
 
-#: The columns of analyze's top-level scalar keys, with their types: every run has all of them
+#: Polars types of the scalar annotations a headline column can have.
+_SCALAR_TYPES: dict[str, pl.DataType] = {
+    "bool": pl.Boolean(),
+    "int": pl.Int64(),
+    "float": pl.Float64(),
+    "str": pl.String(),
+}
+
+
+def scalar_columns(document: type) -> dict[str, pl.DataType]:
+    """The keys of the typed document *document* whose value is a scalar (or null), in its
+    order, with their column types: the annotations are read as written (``int | None``),
+    so a type named only for type checkers does not need importing."""
+    out: dict[str, pl.DataType] = {}
+    for key, hint in document.__annotations__.items():
+        text = getattr(hint, "__forward_arg__", hint)  # a TypedDict keeps them as ForwardRefs
+        text = text if isinstance(text, str) else getattr(text, "__name__", "")
+        parts = {part.strip() for part in text.split("|")} - {"None"}
+        if len(parts) == 1 and (scalar := _SCALAR_TYPES.get(parts.pop())) is not None:
+            out[key] = scalar
+    return out
+
+
+#: The columns of analyze's top-level scalar keys, with their types, derived from the typed
+#: document (:class:`~specnsys.metrics.analysis.AnalysisDocument`): every run has all of them
 #: (null where its analysis has no value), so every partition has the same columns and types.
 #: Everything else analyze says is in the ``analysis_json`` column.
-HEADLINE_TYPES: dict[str, pl.DataType] = {
-    "path": pl.String(),
-    "mode": pl.String(),
-    "pid": pl.Int64(),
-    "rules": pl.String(),
-    "window_start_ns": pl.Int64(),
-    "window_end_ns": pl.Int64(),
-    "window_ns": pl.Int64(),
-    "window_source": pl.String(),
-    "window_of": pl.String(),
-    "window_rule": pl.String(),
-    "tokens": pl.Int64(),
-    "tokens_source": pl.String(),
-    "steps": pl.Int64(),
-    "requests": pl.Int64(),
-    "k": pl.Int64(),
-    "shares_of": pl.String(),
-    "p": pl.Float64(),
-    "accelerable_ns": pl.Int64(),
-    "accelerable_share": pl.Float64(),
-    "dominant_non_accelerable": pl.String(),
-    "per_token_ns": pl.Float64(),
-    "sampler_share": pl.Float64(),
-    "amdahl_ceiling": pl.Float64(),
-    "draft_cost_ratio": pl.Float64(),
-    "draft_forwards_per_step": pl.Float64(),
-    "draft_forwards_source": pl.String(),
-    "gpu": pl.Boolean(),
-}
+HEADLINE_TYPES: dict[str, pl.DataType] = scalar_columns(AnalysisDocument)
 #: Nested numbers promoted to columns: (key in analyze's JSON, sub-key) -> column, type.
 NESTED_COLUMNS: dict[tuple[str, str], tuple[str, pl.DataType]] = {
     ("acceptance", "alpha"): ("alpha", pl.Float64()),
