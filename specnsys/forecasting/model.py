@@ -13,8 +13,11 @@ term                rows                   regressors (in order of preference)
 ``draft``           speculative steps      forwards F, F x batch, F x ctx, step (with one k,
                                            step is F's multiple: the cost stays per forward)
 ``sample_step``     decode steps, by role  step, positions scored
-``prefill``         prefill ranges         prefill, input_tokens (``input_tokens`` marks)
-``draft_prefill``   draft prefill ranges   prefill, input_tokens
+``prefill``         prefill ranges         prefill, input_tokens (``input_tokens`` marks);
+                                           past the longest fitted prompt, the verify or
+                                           forward cost per position where those passes
+                                           reached further (the term's knot)
+``draft_prefill``   draft prefill ranges   prefill, input_tokens (knot: the draft's passes)
 *other phases*      runs, by role          steps, sequence_steps, requests, run
 ==================  =====================  ===================================================
 
