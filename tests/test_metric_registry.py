@@ -154,6 +154,22 @@ def test_a_made_up_metric_has_its_line_in_analyze_text(
     )
 
 
+def test_a_made_up_metric_is_in_the_html_report(tmp_path: Path, made_up: None) -> None:
+    """Each run's summary table in the report has a row per registered metric with a value,
+    its line as the metric writes it; a null one is under "Not available" with its reason."""
+    out = tmp_path / "report.html"
+    assert main(["report", str(SPEC), str(BASELINE), "-o", str(out)]) == 0
+    page = out.read_text()
+    analyze = page[page.index('<section id="analyze">'):page.index('<section id="not-available">')]
+    cell = '<td class="l">'
+    busiest = rf"{cell}busiest_phase</td><td>busiest phase: \w+ \(\d+ phases with time\)</td>"
+    assert len(re.findall(busiest, analyze)) == 2, analyze
+    steps = rf"{cell}verify_per_step</td><td>verify ranges per step: [0-9.]+</td>"
+    assert len(re.findall(steps, analyze)) == 1
+    missing = page[page.index('<section id="not-available">'):]
+    assert "a made-up metric of speculative runs only" in missing
+
+
 def test_a_made_up_metric_is_in_the_api_result(made_up: None) -> None:
     analysis = specnsys.analyze(SPEC)
     assert set(analysis.metrics) == {"busiest_phase", "verify_per_step"}

@@ -557,16 +557,21 @@ def _top_kernels(d: AnalysisDoc, max_phases: int = 4, per_phase: int = 3) -> lis
     return lines
 
 
-def _registered_metrics(d: Mapping[str, object]) -> list[str]:
-    """One line per registered metric (:mod:`specnsys.metrics.registry`) the document has a
-    value of, as the metric writes it; a null one is listed under "not available"."""
+def registered_lines(d: Mapping[str, object]) -> list[tuple[str, str]]:
+    """``(key, line)`` per registered metric (:mod:`specnsys.metrics.registry`) the document
+    has a value of, the line as the metric writes it; a null one is listed under "not
+    available" (the text and the HTML report both show these)."""
     lines = []
     for metric in registered():
         payload = d.get(metric.key)
         line = None if payload is None else metric.text(cast(JSONValue, payload))
         if line is not None:
-            lines.append(line)
+            lines.append((metric.key, line))
     return lines
+
+
+def _registered_metrics(d: Mapping[str, object]) -> list[str]:
+    return [line for _key, line in registered_lines(d)]
 
 
 def render_analysis_text(doc: Mapping[str, object]) -> str:

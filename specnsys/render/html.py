@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specnsys.metrics.tokens import source_words
-from specnsys.render.analyze_text import straggler_line, unlisted
+from specnsys.render.analyze_text import registered_lines, straggler_line, unlisted
 from specnsys.render.documents import (
     ABDoc,
     AnalysisDoc,
@@ -448,6 +448,7 @@ def _analysis_block(label: str, a: AnalysisDoc) -> str:
             ["tokens per step", _num(acc.get("tokens_per_step"), ".3f")],
             ["draft cost ratio c", _num(a.get("draft_cost_ratio"), ".3f")],
         ]
+    summary += [[_e(key), _e(line)] for key, line in registered_lines(a)]
     rows, classes = [], []
     phases = a.get("phases") or {}
     ordered = sorted(phases.items(), key=lambda kv: -int(kv[1].get("wall_ns") or 0))
