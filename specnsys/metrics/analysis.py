@@ -23,7 +23,7 @@ What the trace cannot support is null in the numbers and explained in ``not_avai
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict, overload
 
 import polars as pl
 
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from specnsys.ingest.summary import Capability
 
 __all__ = [
-    "ACCELERABLE", "GENERIC", "Analysis", "AnalysisDocument", "GpuTime", "Latency", "NonAccelerable", "PhaseRow",
+    "ACCELERABLE", "GENERIC", "REPORTED", "Analysis", "AnalysisDocument", "GpuTime", "Latency", "NonAccelerable", "PhaseRow",
     "ProfilerOverhead", "analysis_steps", "analyze_trace", "detect_mode",
 ]
 
@@ -98,8 +98,8 @@ _MISSING_EVERYTHING = (
 # run, specnsys.metrics.ranks); 5: kernel categories per phase; 7: os_runtime, window_source
 # and windows of OS runtime calls or CPU samples alone; 8: one draft forward from the draft
 # forwards a step ran (draft_forwards_per_step), nesting, structural warnings; 9: --window,
-# step_distributions, findings
-ANALYSIS_VERSION = 9
+# step_distributions, findings; 10: draft_forwards_per_step's reason on runs without drafts
+ANALYSIS_VERSION = 10
 
 
 class NonAccelerable(TypedDict):
@@ -198,6 +198,29 @@ class AnalysisDocument(TypedDict):
     profiler_overhead: ProfilerOverhead | None
 
 
+#: The numbers and blocks :meth:`Analysis.value` answers, each null in ``to_dict()`` only
+#: with its reason under ``not_available``: under its own key, or under the key named here
+#: (a trace without GPU work says why once, under ``gpu_busy_ns``).
+REPORTED: dict[str, str | None] = {
+    "tokens": None,
+    "per_token_ns": None,
+    "p": None,
+    "amdahl_ceiling": None,
+    "acceptance": None,
+    "draft_cost_ratio": None,
+    "draft_forwards_per_step": None,
+    "whatif": None,
+    "step_distributions": None,
+    "bandwidth": None,
+    "device_memory": None,
+    "gpu_time": "gpu_busy_ns",
+    "top_kernels": "gpu_busy_ns",
+    "findings": None,
+    "os_runtime": None,
+    "ranks": None,
+}
+
+
 @dataclass(frozen=True)
 class Analysis:
     """The metrics of one trace; :meth:`to_dict` is the ``analyze --json`` object.
@@ -282,6 +305,44 @@ class Analysis:
     @property
     def accelerable_share(self) -> float:
         return self.accelerable_ns / self.window_ns if self.window_ns > 0 else 0.0
+
+    @overload
+    def value(self, key: Literal["tokens"]) -> int | NotAvailable: ...
+    @overload
+    def value(
+        self,
+        key: Literal[
+            "p", "per_token_ns", "amdahl_ceiling", "draft_cost_ratio", "draft_forwards_per_step"
+        ],
+    ) -> float | NotAvailable: ...
+    @overload
+    def value(self, key: Literal["acceptance"]) -> Acceptance | NotAvailable: ...
+    @overload
+    def value(self, key: Literal["gpu_time"]) -> GpuTime | NotAvailable: ...
+    @overload
+    def value(self, key: Literal["top_kernels"]) -> TopKernels | NotAvailable: ...
+    @overload
+    def value(self, key: Literal["bandwidth"]) -> Bandwidth | NotAvailable: ...
+    @overload
+    def value(self, key: Literal["device_memory"]) -> DeviceMemory | NotAvailable: ...
+    @overload
+    def value(self, key: Literal["os_runtime"]) -> OsRuntime | NotAvailable: ...
+    @overload
+    def value(
+        self, key: Literal["whatif", "step_distributions", "findings", "ranks"]
+    ) -> dict[str, object] | NotAvailable: ...
+    def value(self, key: str) -> object:
+        """The number (or block) *key* of this analysis, or :class:`NotAvailable` with the
+        reason the trace cannot support it: the typed form of ``to_dict()``'s null plus its
+        ``not_available`` entry (:data:`REPORTED`; tests/test_not_available.py checks that
+        every null among them has its reason, on the samples and the corpus)."""
+        if key not in REPORTED:
+            raise KeyError(f"{key!r} is not one of the analysis's numbers: {sorted(REPORTED)}")
+        found = getattr(self, key)
+        if found is not None:
+            return found
+        reason = self.not_available.get(key) or self.not_available.get(REPORTED[key] or "")
+        return NotAvailable(reason or f"{key}: no reason was recorded")
 
     def wall_ns(self, phase: str) -> int:
         """Exclusive wall time of *phase* (0 when the trace has none)."""
@@ -770,6 +831,10 @@ def _speculative_part(
     c = _cost_ratio(run, per_range, forwards)
     if run.mode == "spec" and forwards.reason:
         run.na["draft_forwards_per_step"] = forwards.reason
+    elif run.mode == GENERIC:
+        run.na["draft_forwards_per_step"] = f"needs draft ranges; {_NOT_SPECULATIVE}"
+    elif run.mode != "spec":
+        run.na["draft_forwards_per_step"] = "a baseline run has no draft model"
     run.warnings.extend(
         structural_warnings(
             run.mode, run.counts, run.b.nesting, steps=int(run.counts.get(run.step_phase, 0)),
