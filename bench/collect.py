@@ -8,7 +8,10 @@ runs as a CLI subprocess (interpreter start and imports included):
 
 - ``analyze`` of one trace, cold, repeated over the first traces: the per-trace reference;
 - ``collect --workers 1`` and ``--workers 2`` over all N traces (process pool);
-- ``collect --dask local --workers 1|2`` (LocalCluster; skipped without ``distributed``).
+- ``collect --dask local --workers 1|2`` (LocalCluster; skipped without ``distributed``);
+- ``collect --dask tcp://HOST:PORT`` against a scheduler with 1 or 2 worker processes that the
+  bench starts before the command (as a user points collect at a running cluster: the
+  cluster's start is not in the wall time; its workers get an empty cache folder).
 
 Printed: wall time, traces per second, the 2-worker speedup over 1 worker, and two per-trace
 figures of each collect:
@@ -81,6 +84,21 @@ def _work_per_trace(traces: list[Path]) -> float:
     return float(done.stdout.split()[-1])
 
 
+def _run_tcp(args: list[str], workers: int, cache: Path) -> float:
+    """*args* with ``--dask`` at a tcp:// scheduler of *workers* worker processes started
+    here (their cache folder *cache*); the wall time of the command only."""
+    from distributed import LocalCluster
+
+    os.environ["SPECNSYS_CACHE_DIR"] = str(cache)  # the worker processes inherit it
+    try:
+        with LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster:
+            return _run([*args, "--dask", cluster.scheduler_address], cache)
+    finally:
+        del os.environ["SPECNSYS_CACHE_DIR"]
+
+
 def _traces(folder: Path, n: int) -> list[Path]:
     samples = sorted(SAMPLES.glob("*.sqlite"))
     folder.mkdir(parents=True)
@@ -114,6 +132,8 @@ def main() -> None:
         if dask:
             contenders["collect dask local, 1 worker"] = ["--dask", "local", "--workers", "1"]
             contenders["collect dask local, 2 workers"] = ["--dask", "local", "--workers", "2"]
+            contenders["collect dask tcp, 1 worker"] = ["tcp", "1"]
+            contenders["collect dask tcp, 2 workers"] = ["tcp", "2"]
         walls: dict[str, list[float]] = {name: [] for name in ["analyze (one trace)", *contenders]}
         works: list[float] = []
         for rep in range(args.repeat):
@@ -124,10 +144,11 @@ def main() -> None:
             walls["analyze (one trace)"].append(statistics.median(singles))
             for name, extra in contenders.items():
                 tag = f"{rep}-{name.replace(' ', '_').replace(',', '')}"
-                walls[name].append(
-                    _run(["collect", str(root / "traces"), "-o", str(root / f"ds-{tag}"), *extra],
-                         root / f"cache-{tag}")
-                )  # fmt: skip
+                command = ["collect", str(root / "traces"), "-o", str(root / f"ds-{tag}")]
+                if extra[0] == "tcp":
+                    walls[name].append(_run_tcp(command, int(extra[1]), root / f"cache-{tag}"))
+                else:
+                    walls[name].append(_run([*command, *extra], root / f"cache-{tag}"))
         single = statistics.median(walls["analyze (one trace)"])
         work = statistics.median(works)
         print(f"\nwork per trace (analyse_trace, imports paid, cold cache, median of 8): "
@@ -142,7 +163,7 @@ def main() -> None:
             workers = 2 if "2 workers" in name else 1
             print(f"{name:<32}{wall:>9.2f}{len(traces) / wall:>10.2f}{per / single:>11.2f}"
                   f"{per * workers - work:>12.3f}")
-        for kind in ("pool", "dask local"):
+        for kind in ("pool", "dask local", "dask tcp"):
             one, two = f"collect {kind}, 1 worker", f"collect {kind}, 2 workers"
             if one in medians and two in medians:
                 print(f"{kind}: 2 workers / 1 worker throughput = {medians[one] / medians[two]:.2f}x")

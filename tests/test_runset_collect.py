@@ -252,6 +252,26 @@ def test_the_dask_path_gives_the_same_dataset_as_the_pool(tmp_path: Path) -> Non
         assert_frame_equal(_table(tmp_path / "pool", table), _table(tmp_path / "dask", table))
 
 
+def test_a_tcp_scheduler_started_here_gives_the_same_dataset_as_the_pool(tmp_path: Path) -> None:
+    """``collect --dask tcp://HOST:PORT`` as a user runs it: the CLI is a client of a
+    scheduler it did not start (here, two worker processes behind a tcp:// scheduler)."""
+    distributed = pytest.importorskip("distributed")
+    traces = _copies(tmp_path / "t")
+    collect([tmp_path / "t"], tmp_path / "pool", workers=2, use_cache=False)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tcp://")
+        done = _cli("--no-cache", "collect", str(tmp_path / "t"), "-o", str(tmp_path / "tcp"),
+                    "--dask", address, "--json")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert len(cluster.workers) == 2  # the client left the scheduler and its workers up
+    assert sorted(json.loads(done.stdout)["analysed"]) == sorted(map(str, traces))
+    for table in ("runs", "phases", "steps", "requests"):
+        assert_frame_equal(_table(tmp_path / "pool", table), _table(tmp_path / "tcp", table))
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for entry in Path("/proc").iterdir():
