@@ -26,22 +26,25 @@ from specnsys.api import PUBLIC_FUNCTIONS
 from specnsys.errors import BadInputError, SpecnsysError
 
 if TYPE_CHECKING:
-    from specnsys.api import (  # noqa: F401 - in __all__ through PUBLIC_FUNCTIONS
-        analyze,
-        compare,
-        export,
-        figure,
-        kernels,
-        open,  # noqa: A004
-        phases,
-        ranges,
-        report,
-        resolve_rules,
-        timeline,
-        whatif,
-    )
-    from specnsys.ingest import MODEL_TABLES, Trace  # noqa: F401
-    from specnsys.runset.forecast import advise, forecast  # noqa: F401
+    # ``name as name``: an explicit re-export, so that a user's ``mypy --strict`` sees
+    # ``specnsys.analyze`` and the others (``*PUBLIC_FUNCTIONS`` in __all__ it cannot expand)
+    from specnsys.api import analyze as analyze
+    from specnsys.api import analyze_steps as analyze_steps
+    from specnsys.api import compare as compare
+    from specnsys.api import export as export
+    from specnsys.api import figure as figure
+    from specnsys.api import kernels as kernels
+    from specnsys.api import open as open  # noqa: A004
+    from specnsys.api import phases as phases
+    from specnsys.api import ranges as ranges
+    from specnsys.api import report as report
+    from specnsys.api import resolve_rules as resolve_rules
+    from specnsys.api import timeline as timeline
+    from specnsys.api import whatif as whatif
+    from specnsys.ingest import MODEL_TABLES as MODEL_TABLES
+    from specnsys.ingest import Trace as Trace
+    from specnsys.runset.forecast import advise as advise
+    from specnsys.runset.forecast import forecast as forecast
 
 __version__ = "0.1.0"
 

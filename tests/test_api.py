@@ -85,3 +85,23 @@ def test_the_report_function_survives_the_import_of_the_renderers() -> None:
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_users_strict_mypy_sees_every_public_name(tmp_path: Path) -> None:
+    """A user's ``mypy --strict`` on code that calls ``specnsys.analyze`` and every other name
+    in ``specnsys.__all__``: no "does not explicitly export" (``*PUBLIC_FUNCTIONS`` in
+    ``__all__`` is invisible to mypy; the TYPE_CHECKING imports re-export each name)."""
+    import specnsys
+
+    user = tmp_path / "user.py"
+    uses = "\n".join(f"print(specnsys.{name})" for name in specnsys.__all__)
+    user.write_text(f"import specnsys\n\n{uses}\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent",
+         "--config-file", os.devnull, str(user)],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "MYPYPATH": str(root)},
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
