@@ -65,7 +65,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Literal, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 import nvtx
 
@@ -312,6 +312,20 @@ def _scope_name(name: str) -> str:
     return name if name in PHASES else f"{TORCH_RANGE_PREFIX}{name}"
 
 
+class PhaseRange(Protocol):
+    """What :func:`phase` returns, a context manager and a decorator: one declared type, so
+    that ``@annotate.phase("draft")`` keeps the function typed under ``mypy --strict`` (a
+    union of the two implementations reads as an untyped decorator there)."""
+
+    name: str
+
+    def __enter__(self) -> PhaseRange: ...
+
+    def __exit__(self, *exc: object) -> Literal[False]: ...
+
+    def __call__(self, func: F) -> F: ...
+
+
 class _Phase:
     """A reusable NVTX push/pop range; stateless, so one instance serves every thread.
 
@@ -405,11 +419,11 @@ class _NoopPhase:
         return f"phase({self.name!r}, noop)"
 
 
-_phase_cache: dict[str, _Phase | _NoopPhase] = {}
-_custom_cache: dict[str, _Phase | _NoopPhase] = {}
+_phase_cache: dict[str, PhaseRange] = {}
+_custom_cache: dict[str, PhaseRange] = {}
 
 
-def phase(name: str, *, allow_custom: bool = False) -> _Phase | _NoopPhase:
+def phase(name: str, *, allow_custom: bool = False) -> PhaseRange:
     """Return the NVTX push/pop range for ``name``, usable as context manager or decorator.
 
     ``name`` must be one of ``PHASES`` so traces stay analyzable without name-mapping rules;
@@ -657,7 +671,7 @@ def _own_attribute(obj: object, attr: str) -> tuple[bool, object]:
     return False, None
 
 
-def _wrap(func: Callable[..., object], ph: _Phase | _NoopPhase) -> Callable[..., object]:
+def _wrap(func: Callable[..., object], ph: PhaseRange) -> Callable[..., object]:
     """Always a real wrapper (even on the no-op path) so a patch is visible and undoable."""
 
     @functools.wraps(func)

@@ -91,12 +91,19 @@ def test_the_report_function_survives_the_import_of_the_renderers() -> None:
 def test_a_users_strict_mypy_sees_every_public_name(tmp_path: Path) -> None:
     """A user's ``mypy --strict`` on code that calls ``specnsys.analyze`` and every other name
     in ``specnsys.__all__``: no "does not explicitly export" (``*PUBLIC_FUNCTIONS`` in
-    ``__all__`` is invisible to mypy; the TYPE_CHECKING imports re-export each name)."""
+    ``__all__`` is invisible to mypy; the TYPE_CHECKING imports re-export each name), and
+    ``@annotate.phase(...)`` is a typed decorator."""
     import specnsys
 
     user = tmp_path / "user.py"
     uses = "\n".join(f"print(specnsys.{name})" for name in specnsys.__all__)
-    user.write_text(f"import specnsys\n\n{uses}\n")
+    # and the annotation layer as a decorator: the function stays typed ("untyped decorator"
+    # while phase() returned a union of its two implementations)
+    annotated = (
+        "from specnsys import annotate\n\n\n@annotate.phase(\"draft\")\n"
+        "def step(x: int) -> int:\n    with annotate.phase(\"sample\"):\n        return x + 1\n"
+    )
+    user.write_text(f"import specnsys\n{annotated}\n{uses}\n")
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent",
