@@ -9,6 +9,7 @@ it, with nothing else changed; then unregistering them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 
 import specnsys
 from specnsys.cli.main import main
+from specnsys.errors import UsageError
 from specnsys.metrics import registry
 from specnsys.metrics.registry import Metric, MetricContext
 from specnsys.results import JSONValue, NotAvailable
@@ -181,9 +183,8 @@ def test_a_made_up_metric_is_in_the_api_result(made_up: None) -> None:
 
 
 def test_a_made_up_metric_is_in_the_collected_dataset(tmp_path: Path, made_up: None) -> None:
-    """A collect's pool workers are fresh processes (spawn): they see the metrics of
-    :data:`registry.METRICS`, not one registered at run time in the parent. So this builds the
-    record in this process, as a worker does, and writes it as the parent does."""
+    """The record a worker builds, written as the parent does: the columns' types and the
+    null of a metric that is not available (a real collect: the test below)."""
     settings: Settings = {"rules": None, "pid": None, "specnsys": specnsys.__version__}
     store = Dataset(tmp_path / "ds")
     for trace in (SPEC, BASELINE):
@@ -196,6 +197,37 @@ def test_a_made_up_metric_is_in_the_collected_dataset(tmp_path: Path, made_up: N
     assert runs["verify_per_step"][1] is None and runs["verify_per_step"][0] > 0
     doc = json.loads(runs["analysis_json"][0])
     assert analysis_from_doc(doc).metrics["busiest_phase"] == doc["busiest_phase"]
+
+
+def test_collect_workers_run_the_metrics_registered_at_run_time(tmp_path: Path) -> None:
+    """A real collect (spawned pool workers, and Dask) with a metric registered at run time
+    in this process: the workers get it from the parent, so the dataset's columns hold its
+    values, not nulls; a metric whose functions cannot reach another process (a lambda) is
+    one clear error before any trace is analysed."""
+    from specnsys.runset.collect import collect
+
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for trace in (SPEC, BASELINE):
+        (folder / trace.name).write_bytes(trace.read_bytes())
+    registry.register(BUSIEST)
+    try:
+        for how, extra in (("pool", {}), ("dask", {"dask": "local"})):
+            if how == "dask" and importlib.util.find_spec("distributed") is None:
+                continue
+            collect([folder], tmp_path / how, workers=2, use_cache=False, **extra)  # type: ignore[arg-type]
+            runs = pl.scan_parquet(tmp_path / how / "runs").collect().sort("mode", descending=True)
+            assert runs["phase"].to_list() == ["draft", "forward"], how
+            assert runs["phases"].null_count() == 0, how
+        registry.register(VERIFY_STEPS)  # its text is a lambda
+        with pytest.raises(UsageError, match="verify_per_step.*cannot be sent to collect's "
+                           "worker processes") as caught:  # fmt: skip
+            collect([folder], tmp_path / "lambda", workers=2, use_cache=False)
+        assert "\n" not in str(caught.value)
+        assert not (tmp_path / "lambda").exists()
+    finally:
+        registry.unregister(BUSIEST.key)
+        registry.unregister(VERIFY_STEPS.key)
 
 
 def test_a_key_of_analyze_or_of_another_metric_is_refused(made_up: None) -> None:

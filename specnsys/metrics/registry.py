@@ -113,6 +113,13 @@ def register(metric: Metric) -> None:
     METRICS = (*METRICS, metric)
 
 
+def adopt(metrics: tuple[Metric, ...]) -> None:
+    """Make *metrics* the registered ones: a ``collect`` worker (a fresh process) takes its
+    parent's, run-time registrations included, so that every run of a dataset has them."""
+    global METRICS
+    METRICS = tuple(metrics)
+
+
 def unregister(key: str) -> None:
     """Remove the metric registered under *key* (nothing when there is none)."""
     global METRICS

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -25,6 +26,8 @@ from pathlib import Path
 
 from specnsys.attribution.window import parse_window
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
+from specnsys.metrics import registry
+from specnsys.metrics.registry import Metric
 from specnsys.runset.dataset import Dataset, RunRecord, Settings, run_id_of
 from specnsys.runset.labels import Labeler
 
@@ -117,9 +120,13 @@ def analyse_trace(trace: str, settings: Settings, labels: dict[str, str]) -> Run
     )
 
 
-def _safe(trace: str, settings: Settings, labels: dict[str, str]) -> RunRecord | str:
-    """:func:`analyse_trace`, with a failure returned as its one-line reason."""
+def _safe(
+    trace: str, settings: Settings, labels: dict[str, str], metrics: tuple[Metric, ...] = ()
+) -> RunRecord | str:
+    """:func:`analyse_trace` with the parent's registered *metrics*, a failure returned as
+    its one-line reason."""
     try:
+        registry.adopt(metrics)
         return analyse_trace(trace, settings, labels)
     except SpecnsysError as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -131,6 +138,22 @@ def _safe(trace: str, settings: Settings, labels: dict[str, str]) -> RunRecord |
 
 Job = tuple[str, Settings, dict[str, str]]
 Outcome = RunRecord | str
+
+
+def _sendable_metrics() -> tuple[Metric, ...]:
+    """The registered metrics, checked to reach the worker processes (pickled by reference:
+    module-level functions do, a lambda or a function defined in a function does not)."""
+    metrics = registry.registered()
+    for metric in metrics:
+        try:
+            pickle.dumps(metric)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise UsageError(
+                f"metric {metric.key!r} cannot be sent to collect's worker processes "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): "
+                "give its compute and text as module-level functions"
+            ) from None
+    return metrics
 
 
 @contextlib.contextmanager
@@ -152,14 +175,18 @@ def _owned_pool(workers: int, context: BaseContext) -> Iterator[ProcessPoolExecu
     pool.shutdown(wait=True)
 
 
-def _run_pool(jobs: list[Job], workers: int) -> Iterator[tuple[Job, Outcome]]:
+def _run_pool(
+    jobs: list[Job], workers: int, metrics: tuple[Metric, ...]
+) -> Iterator[tuple[Job, Outcome]]:
     """Run *jobs* in a local process pool; a job whose worker died is retried once alone."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
     retry: list[Job] = []
     with _owned_pool(workers, context) as pool:
-        futures: dict[Future[Outcome], Job] = {pool.submit(_safe, *job): job for job in jobs}
+        futures: dict[Future[Outcome], Job] = {
+            pool.submit(_safe, *job, metrics): job for job in jobs
+        }
         for future in as_completed(futures):
             try:
                 outcome = future.result()
@@ -170,13 +197,15 @@ def _run_pool(jobs: list[Job], workers: int) -> Iterator[tuple[Job, Outcome]]:
     for job in retry:
         with _owned_pool(1, context) as alone:
             try:
-                outcome = alone.submit(_safe, *job).result()
+                outcome = alone.submit(_safe, *job, metrics).result()
             except BrokenProcessPool:
                 outcome = "the worker analysing it died twice (killed, or out of memory)"
         yield job, outcome
 
 
-def _run_dask(jobs: list[Job], address: str, workers: int) -> Iterator[tuple[Job, Outcome]]:
+def _run_dask(
+    jobs: list[Job], address: str, workers: int, metrics: tuple[Metric, ...]
+) -> Iterator[tuple[Job, Outcome]]:
     """Run *jobs* on a Dask cluster at *address* (``local``: a LocalCluster of *workers*)."""
     try:
         from distributed import Client, LocalCluster
@@ -198,7 +227,7 @@ def _run_dask(jobs: list[Job], address: str, workers: int) -> Iterator[tuple[Job
             raise BadInputError(f"--dask {address}: cannot reach the scheduler ({exc})") from None
     try:
         futures = {
-            client.submit(_safe, *job, pure=False, key=f"specnsys-{run_id_of(Path(job[0]))}-{i}"): job
+            client.submit(_safe, *job, metrics, pure=False, key=f"specnsys-{run_id_of(Path(job[0]))}-{i}"): job
             for i, job in enumerate(jobs)
         }
         for future in dask_completed(list(futures)):
@@ -235,6 +264,7 @@ def collect(
     traces = find_traces(inputs)
     if not traces:
         raise BadInputError("no traces given (.sqlite or .nsys-rep files, or folders of them)")
+    metrics = _sendable_metrics()  # before anything is written
     labeler = labeler or Labeler()
     store = Dataset(dataset)
     result = CollectResult(Path(dataset))
@@ -264,7 +294,10 @@ def collect(
     # order the traces were found in.
     jobs.sort(key=lambda job: -sizes[job[0]])
     n = workers or min(len(jobs), os.cpu_count() or 1) or 1
-    outcomes = _run_dask(jobs, dask, n) if dask else _run_pool(jobs, n) if jobs else iter(())
+    outcomes = (
+        _run_dask(jobs, dask, n, metrics) if dask
+        else _run_pool(jobs, n, metrics) if jobs else iter(())
+    )  # fmt: skip
     try:
         for (done, job_settings, _), outcome in outcomes:
             if isinstance(outcome, str):
