@@ -14,6 +14,7 @@ import pytest
 from specnsys.forecasting.cells import forecast_data
 from specnsys.forecasting.results import Forecast, FormulaForecast
 from specnsys.forecasting.workload import Workload
+from specnsys.render.forecast_text import term_text
 from specnsys.results import NotAvailable, load, save, to_dict
 from specnsys.runset.forecast import fit_data, forecast
 from tests.forecast_loop import COSTS, Costs, build_run, constant, iid, lengths
@@ -166,6 +167,7 @@ def test_prompts_past_the_longest_fitted_one_cost_what_the_longer_passes_measure
         pytest.approx(costs.v1, rel=0.01)
     )
     assert term.assumed is not None and "verify" in term.assumed
+    assert "x max(0, input tokens - 16)" in term_text(term)  # the text names the knot
     assert f.cells[0].baseline_ns_per_output_token == pytest.approx(measured.per_token_ns,
                                                                      rel=0.02)  # fmt: skip
     draft_prefill = next(t for t in f.model.terms if t.name == "draft_prefill")

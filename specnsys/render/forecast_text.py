@@ -63,6 +63,8 @@ def term_text(t: Term) -> str:
     parts = []
     for name, c in t.coefficients.items():
         unit = _UNITS.get(name, name)
+        if name == "input_tokens_beyond" and t.knot is not None:
+            unit = f"max(0, input tokens - {t.knot:.0f})"
         value = f"{abs(c):,.0f}" if abs(c) >= 10 else f"{abs(c):,.3g}"
         sign = "-" if c < 0 else "+"
         parts.append((sign, f"{value} x {unit}" if unit else value))
