@@ -123,6 +123,12 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
         SELECT s, coalesce(e, $we) AS e FROM ({mapped_nvtx_sql(scope.rules)})
         WHERE phase = '{REQUEST_PHASE}' AND pid = $pid
     ),
+    request_level AS (
+        SELECT t, sum(sum(d)) OVER (ORDER BY t ROWS UNBOUNDED PRECEDING) AS n
+        FROM (SELECT s AS t, 1 AS d FROM requests
+              UNION ALL SELECT greatest(s, e) AS t, -1 AS d FROM requests)
+        GROUP BY t
+    ),
     per_part AS (SELECT step, {part_sums} FROM parts p GROUP BY step),
     per_mark AS (
         SELECT step,
@@ -133,9 +139,7 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
         FROM mk GROUP BY step
     ),
     open_requests AS (
-        SELECT st.step, count(q.s) AS n
-        FROM steps st LEFT JOIN requests q ON q.s <= st.s AND q.e > st.s
-        GROUP BY st.step
+        SELECT st.step, o.n FROM steps st ASOF JOIN request_level o ON st.s >= o.t
     )
     SELECT st.step, st.s AS start_ns, st.e - st.s AS duration_ns,
            {", ".join(f"coalesce(pp.{p}_ns, 0) AS {p}_ns" for p in STEP_PARTS)},
