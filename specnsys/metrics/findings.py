@@ -43,7 +43,7 @@ from specnsys.attribution.launch import UNANNOTATED
 from specnsys.attribution.phase_map import lookup_phase
 from specnsys.metrics.events import Scope
 from specnsys.results import to_dict
-from specnsys.vocabulary import API_CALL_SQL, LAUNCH_NAME_PATTERN
+from specnsys.vocabulary import API_CALL_EVENT_CLASSES, LAUNCH_NAME_PATTERN
 
 if TYPE_CHECKING:
     from specnsys.attribution.phase_map import PhaseIndex
@@ -99,45 +99,94 @@ class Finding:
 
 def _ops(trace: Trace, scope: Scope) -> pl.DataFrame:
     """The process's GPU ops overlapping the window, with their launching call (the
-    earliest API call of the id, as launch attribution takes it)."""
-    sql = f"""
-    WITH ops AS (
-        SELECT 'kernel' AS kind, start, "end", correlation_id AS c, short_name AS name,
-               NULL::VARCHAR AS src, NULL::VARCHAR AS dst, NULL::BIGINT AS bytes
-        FROM kernels WHERE pid = $pid
-        UNION ALL SELECT 'memcpy', start, "end", correlation_id, copy_kind_name, src_kind,
-               dst_kind, bytes FROM memcpy WHERE pid = $pid
-        UNION ALL SELECT 'memset', start, "end", correlation_id, NULL, NULL, NULL, bytes
-        FROM memset WHERE pid = $pid
-        UNION ALL SELECT 'graph', start, "end", correlation_id, NULL, NULL, NULL, NULL
-        FROM graphs WHERE pid = $pid
-    ),
-    calls AS (
-        SELECT correlation_id AS c, min(start) AS api_start,
-               arg_min("end", start) AS api_end, arg_min(name, start) AS api_name,
-               arg_min(global_tid, start) AS api_gtid
-        FROM runtime WHERE pid = $pid AND {API_CALL_SQL} AND correlation_id IS NOT NULL
-        GROUP BY 1
+    earliest API call of the id, as launch attribution takes it).
+
+    Polars over the model's scans, the filters pushed into them; a DuckDB query of the same
+    (a hash aggregate of every call, then a hash join, both converted to Polars) took 3.7 s
+    of a 5 s ``findings_of`` on the 2M-kernel bench export
+    (docs/performance.md#attribution-and-metrics)."""
+    ws, we = scope.start_ns, scope.end_ns
+    mine = pl.lit(False) if scope.pid is None else pl.col("pid") == scope.pid
+    in_window = (pl.col("end") > ws) & (pl.col("start") < we) & (pl.col("end") > pl.col("start"))
+    none = pl.lit(None, pl.String)
+
+    def part(table: str, kind: str, name: pl.Expr, src: pl.Expr, dst: pl.Expr,
+             nbytes: pl.Expr) -> pl.LazyFrame:  # fmt: skip
+        return trace.table(table).filter(mine & in_window).select(
+            pl.lit(kind).alias("kind"), pl.col("start").cast(_I64), pl.col("end").cast(_I64),
+            pl.col("correlation_id").cast(_I64).alias("c"), name.cast(pl.String).alias("name"),
+            src.cast(pl.String).alias("src"), dst.cast(pl.String).alias("dst"),
+            nbytes.cast(_I64).alias("bytes"),
+        )  # fmt: skip
+
+    ops = pl.concat([
+        part("kernels", "kernel", pl.col("short_name"), none, none, pl.lit(None, _I64)),
+        part("memcpy", "memcpy", pl.col("copy_kind_name"), pl.col("src_kind"), pl.col("dst_kind"),
+             pl.col("bytes")),
+        part("memset", "memset", none, none, none, pl.col("bytes")),
+        part("graphs", "graph", none, none, none, pl.lit(None, _I64)),
+    ])  # fmt: skip
+    return ops.join(_launch_calls(trace, mine).lazy(), on="c", how="left").select(
+        "kind", "start", "end", "name", "src", "dst", "bytes",
+        "api_start", "api_end", "api_name", "api_gtid",
+    ).collect()  # fmt: skip
+
+
+def _launch_calls(trace: Trace, mine: pl.Expr) -> pl.DataFrame:
+    """Per correlation id ``c`` of the process's API calls: the earliest call's start, and
+    the end, name and thread of its earliest call that has one (SQL's ``min`` and
+    ``arg_min``, which skip NULLs)."""
+    calls = (
+        trace.table("runtime")
+        .filter(
+            mine
+            & pl.col("event_class").is_in(list(API_CALL_EVENT_CLASSES))
+            & ~pl.col("is_backtrace").fill_null(False)
+            & pl.col("correlation_id").is_not_null()
+            & pl.col("start").is_not_null()
+        )
+        .select(
+            pl.col("correlation_id").cast(_I64).alias("c"),
+            pl.col("start").cast(_I64).alias("api_start"),
+            pl.col("end").cast(_I64).alias("api_end"),
+            pl.col("name").cast(pl.String).alias("api_name"),
+            pl.col("global_tid").cast(_I64).alias("api_gtid"),
+        )
+        .collect()
     )
-    SELECT o.kind, o.start, o."end", o.name, o.src, o.dst, o.bytes,
-           c.api_start, c.api_end, c.api_name, c.api_gtid
-    FROM ops o LEFT JOIN calls c USING (c)
-    WHERE o."end" > $ws AND o.start < $we AND o."end" > o.start
-    """
-    frame: pl.DataFrame = trace.connection.sql(sql, params=_params(scope)).pl()
-    return frame
+    if calls["c"].n_unique() == calls.height:  # one call per id (the usual): nothing to pick
+        return calls
+    return calls.group_by("c").agg(
+        pl.col("api_start").min(),
+        *(
+            pl.col(c).sort_by("api_start").drop_nulls().first()
+            for c in ("api_end", "api_name", "api_gtid")
+        ),
+    )
 
 
 def _sync_calls(trace: Trace, scope: Scope) -> pl.DataFrame:
-    sql = f"""SELECT start, "end", name FROM runtime
-        WHERE pid = $pid AND {API_CALL_SQL} AND regexp_matches(name, '{SYNC_CALL_PATTERN}')
-          AND "end" > $ws AND start < $we AND "end" > start ORDER BY start"""
-    frame: pl.DataFrame = trace.connection.sql(sql, params=_params(scope)).pl()
-    return frame
-
-
-def _params(scope: Scope) -> dict[str, object]:
-    return {"pid": scope.pid, "ws": scope.start_ns, "we": scope.end_ns}
+    """The process's synchronizing API calls overlapping the window, by start. A few
+    distinct call names over millions of calls: the regex runs on each name once (DuckDB's
+    ``regexp_matches`` on every call cost 0.5 s of ``findings_of`` at 2M calls)."""
+    ws, we = scope.start_ns, scope.end_ns
+    runtime = trace.table("runtime")
+    names = runtime.select(pl.col("name").cast(pl.String).unique()).collect()["name"]
+    syncs = names.drop_nulls().filter(names.drop_nulls().str.contains(SYNC_CALL_PATTERN))
+    mine = pl.lit(False) if scope.pid is None else pl.col("pid") == scope.pid
+    return (
+        runtime.filter(
+            mine
+            & pl.col("event_class").is_in(list(API_CALL_EVENT_CLASSES))
+            & ~pl.col("is_backtrace").fill_null(False)
+            & pl.col("name").cast(pl.String).is_in(syncs.implode())
+            & (pl.col("end") > ws) & (pl.col("start") < we) & (pl.col("end") > pl.col("start"))
+        )
+        .select(pl.col("start").cast(_I64), pl.col("end").cast(_I64),
+                pl.col("name").cast(pl.String))
+        .sort("start")
+        .collect()
+    )  # fmt: skip
 
 
 def _bounds(frame: pl.DataFrame, s: str, e: str, delta: str, ws: int, we: int) -> pl.DataFrame:
@@ -161,10 +210,10 @@ def _idle_segments(
     (dependency, sync or host), from one sorted sweep of every boundary."""
     # submitted (its launch call returned) but not started: it waits on something else
     pending = ops.filter(pl.col("api_end").is_not_null() & (pl.col("api_end") < pl.col("start")))
-    marks = pl.DataFrame(
-        {"t": [ws, we, *driver_times.filter((driver_times > ws) & (driver_times < we))]},
-        schema={"t": _I64},
-    ).with_columns(pl.lit(0, pl.Int32).alias(d) for d in ("db", "dp", "ds"))
+    inside = driver_times.filter((driver_times > ws) & (driver_times < we)).cast(_I64)
+    marks = pl.concat([
+        pl.DataFrame({"t": [ws, we]}, schema={"t": _I64}), inside.alias("t").to_frame()
+    ]).with_columns(pl.lit(0, pl.Int32).alias(d) for d in ("db", "dp", "ds"))  # fmt: skip
     bounds = pl.concat([
         _bounds(ops, "start", "end", "db", ws, we),
         _bounds(pending, "api_end", "start", "dp", ws, we),
@@ -271,7 +320,9 @@ def _findings(
     split, ops = idle_by_phase(trace, scope, index)
     floor = FLOOR * window
     found: list[Finding] = []
-    launching = _gpu_phases(ops, index)
+    # each launched op's phase, looked up once for the three uses below
+    phased = _op_phases(ops, index.change_points)
+    launching = set(phased["phase"].unique().to_list())
     for phase, s in split.items():
         for name, ns in s.sync_calls.items():
             if ns >= floor:
@@ -290,8 +341,8 @@ def _findings(
                 figures, window,
             ))  # fmt: skip
     span = (scope.start_ns, scope.end_ns)
-    found += _copy_findings(ops, index, figures, span, floor)
-    found += _storm_findings(ops, index, figures, span, floor)
+    found += _copy_findings(phased, figures, span, floor)
+    found += _storm_findings(phased, figures, span, floor)
     found.sort(key=lambda f: (-f.time_ns, f.kind, f.phase))
     return {
         "idle_by_phase": {p: to_dict(s) for p, s in split.items()},
@@ -302,10 +353,6 @@ def _findings(
     }
 
 
-def _gpu_phases(ops: pl.DataFrame, index: PhaseIndex) -> set[str]:
-    return set(_op_phases(ops, index.change_points)["phase"].unique().to_list())
-
-
 def _clipped(s: str, e: str, window_of: tuple[int, int]) -> pl.Expr:
     """The part of ``[s, e)`` inside the window (0 when outside)."""
     ws, we = window_of
@@ -314,11 +361,12 @@ def _clipped(s: str, e: str, window_of: tuple[int, int]) -> pl.Expr:
 
 
 def _copy_findings(
-    ops: pl.DataFrame, index: PhaseIndex, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
+    phased: pl.DataFrame, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
     floor: float,
 ) -> list[Finding]:  # fmt: skip
+    """The copy findings, from the launched ops with their phase (:func:`_op_phases`)."""
     window = window_of[1] - window_of[0]
-    copies = _op_phases(ops.filter(pl.col("kind") == "memcpy"), index.change_points)
+    copies = phased.filter(pl.col("kind") == "memcpy")
     out = []
     sync = (
         copies.filter(
@@ -354,14 +402,17 @@ def _copy_findings(
 
 
 def _storm_findings(
-    ops: pl.DataFrame, index: PhaseIndex, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
+    phased: pl.DataFrame, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
     floor: float,
 ) -> list[Finding]:  # fmt: skip
+    """The launch storms, from the launched ops with their phase (:func:`_op_phases`)."""
     window = window_of[1] - window_of[0]
-    kernels = _op_phases(
-        ops.filter((pl.col("kind") == "kernel") & pl.col("api_name").str.contains(LAUNCH_NAME_PATTERN)),
-        index.change_points,
-    )  # fmt: skip
+    # a few distinct call names over millions of ops: the regex runs on each name once
+    names = phased["api_name"].unique().drop_nulls()
+    launches = names.filter(names.str.contains(LAUNCH_NAME_PATTERN))
+    kernels = phased.filter(
+        (pl.col("kind") == "kernel") & pl.col("api_name").is_in(launches.implode())
+    )
     short = (pl.col("end") - pl.col("start")) < (pl.col("api_end") - pl.col("api_start"))
     storms = kernels.group_by("phase").agg(
         pl.len().alias("kernels"),
