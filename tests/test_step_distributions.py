@@ -171,3 +171,29 @@ def test_batch_counts_the_requests_open_at_each_step_start(tmp_path: Path) -> No
         steps = analysis_steps(trace, a, None)
     assert steps["start_ns"].to_list() == [1000 + 100 * i for i in range(10)]
     assert steps["batch"].to_list() == [1, 2, 2, 3, 3, 1, 1, 1, 1, 1]
+
+
+def test_the_step_tables_read_the_breakdowns_driver_ranges(
+    monkeypatch: pytest.MonkeyPatch, isolated_cache: Path
+) -> None:
+    """In one analysis the decode-step tables read the driver thread's phase ranges that the
+    breakdown already read (left in the attribution context), instead of deriving every
+    phase range again in SQL, once per table (about 1 s each at 2M kernels); the analysis is
+    the same as with them derived."""
+    from specnsys.metrics import steps
+
+    trace = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
+    derived: list[str] = []
+    original = steps.phase_ranges_sql
+
+    def counted(rules: object) -> str:
+        derived.append("phase_ranges_sql")
+        return original(rules)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(steps, "phase_ranges_sql", counted)
+    a = specnsys.analyze(trace, use_cache=False)
+    assert derived == []
+    with specnsys.open(trace, use_cache=False) as opened:  # no context: derived in SQL
+        again = analysis_steps(opened, a, None)
+    assert derived == ["phase_ranges_sql"]
+    assert a.step_distributions is not None and again.height == a.steps
