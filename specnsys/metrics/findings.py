@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.attribution.context import attribution_context
-from specnsys.attribution.launch import UNANNOTATED
+from specnsys.attribution.launch import OP_KIND, UNANNOTATED
 from specnsys.attribution.phase_map import lookup_phase
 from specnsys.metrics.events import Scope
 from specnsys.results import to_dict
@@ -108,26 +108,26 @@ def _ops(trace: Trace, scope: Scope) -> pl.DataFrame:
     ws, we = scope.start_ns, scope.end_ns
     mine = pl.lit(False) if scope.pid is None else pl.col("pid") == scope.pid
     in_window = (pl.col("end") > ws) & (pl.col("start") < we) & (pl.col("end") > pl.col("start"))
-    none = pl.lit(None, pl.String)
+    # Millions of rows: the kind and the names are categorical (a few bytes a row, where a
+    # string column costs 16 even when NULL); the ops' own names are not read.
+    none = pl.lit(None, pl.Categorical)
 
-    def part(table: str, kind: str, name: pl.Expr, src: pl.Expr, dst: pl.Expr,
-             nbytes: pl.Expr) -> pl.LazyFrame:  # fmt: skip
+    def part(table: str, kind: str, src: pl.Expr, dst: pl.Expr, nbytes: pl.Expr) -> pl.LazyFrame:
         return trace.table(table).filter(mine & in_window).select(
-            pl.lit(kind).alias("kind"), pl.col("start").cast(_I64), pl.col("end").cast(_I64),
-            pl.col("correlation_id").cast(_I64).alias("c"), name.cast(pl.String).alias("name"),
-            src.cast(pl.String).alias("src"), dst.cast(pl.String).alias("dst"),
+            pl.lit(kind, OP_KIND).alias("kind"), pl.col("start").cast(_I64),
+            pl.col("end").cast(_I64), pl.col("correlation_id").cast(_I64).alias("c"),
+            src.cast(pl.Categorical).alias("src"), dst.cast(pl.Categorical).alias("dst"),
             nbytes.cast(_I64).alias("bytes"),
         )  # fmt: skip
 
     ops = pl.concat([
-        part("kernels", "kernel", pl.col("short_name"), none, none, pl.lit(None, _I64)),
-        part("memcpy", "memcpy", pl.col("copy_kind_name"), pl.col("src_kind"), pl.col("dst_kind"),
-             pl.col("bytes")),
-        part("memset", "memset", none, none, none, pl.col("bytes")),
-        part("graphs", "graph", none, none, none, pl.lit(None, _I64)),
+        part("kernels", "kernel", none, none, pl.lit(None, _I64)),
+        part("memcpy", "memcpy", pl.col("src_kind"), pl.col("dst_kind"), pl.col("bytes")),
+        part("memset", "memset", none, none, pl.col("bytes")),
+        part("graphs", "graph", none, none, pl.lit(None, _I64)),
     ])  # fmt: skip
     return ops.join(_launch_calls(trace, mine).lazy(), on="c", how="left").select(
-        "kind", "start", "end", "name", "src", "dst", "bytes",
+        "kind", "start", "end", "src", "dst", "bytes",
         "api_start", "api_end", "api_name", "api_gtid",
     ).collect()  # fmt: skip
 
@@ -149,7 +149,7 @@ def _launch_calls(trace: Trace, mine: pl.Expr) -> pl.DataFrame:
             pl.col("correlation_id").cast(_I64).alias("c"),
             pl.col("start").cast(_I64).alias("api_start"),
             pl.col("end").cast(_I64).alias("api_end"),
-            pl.col("name").cast(pl.String).alias("api_name"),
+            pl.col("name").cast(pl.Categorical).alias("api_name"),
             pl.col("global_tid").cast(_I64).alias("api_gtid"),
         )
         .collect()
@@ -323,6 +323,7 @@ def _findings(
     # each launched op's phase, looked up once for the three uses below
     phased = _op_phases(ops, index.change_points)
     launching = set(phased["phase"].unique().to_list())
+    del ops  # the phased copy serves from here
     for phase, s in split.items():
         for name, ns in s.sync_calls.items():
             if ns >= floor:
@@ -370,8 +371,8 @@ def _copy_findings(
     out = []
     sync = (
         copies.filter(
-            pl.col("api_name").str.contains(MEMCPY_CALL_PATTERN)
-            & ~pl.col("api_name").str.contains(ASYNC_PATTERN)
+            pl.col("api_name").cast(pl.String).str.contains(MEMCPY_CALL_PATTERN)
+            & ~pl.col("api_name").cast(pl.String).str.contains(ASYNC_PATTERN)
         )
         .group_by("phase", "api_name")
         .agg(pl.len().alias("n"), _clipped("api_start", "api_end", window_of).sum().alias("ns"))
@@ -408,7 +409,7 @@ def _storm_findings(
     """The launch storms, from the launched ops with their phase (:func:`_op_phases`)."""
     window = window_of[1] - window_of[0]
     # a few distinct call names over millions of ops: the regex runs on each name once
-    names = phased["api_name"].unique().drop_nulls()
+    names = phased["api_name"].unique().drop_nulls().cast(pl.String)
     launches = names.filter(names.str.contains(LAUNCH_NAME_PATTERN))
     kernels = phased.filter(
         (pl.col("kind") == "kernel") & pl.col("api_name").is_in(launches.implode())
