@@ -189,7 +189,7 @@ def _sync_calls(trace: Trace, scope: Scope) -> pl.DataFrame:
     )  # fmt: skip
 
 
-def _bounds(frame: pl.DataFrame, s: str, e: str, delta: str, ws: int, we: int) -> pl.DataFrame:
+def _bounds(frame: pl.LazyFrame, s: str, e: str, delta: str, ws: int, we: int) -> pl.LazyFrame:
     """+1 at each interval's start and -1 at its end, in column *delta* (clipped to the
     window; empty intervals dropped)."""
     clipped = frame.select(
@@ -207,17 +207,22 @@ def _idle_segments(
     ops: pl.DataFrame, syncs: pl.DataFrame, driver_times: pl.Series, ws: int, we: int
 ) -> pl.DataFrame:
     """Elementary segments ``t, len`` of the window where the GPU is idle, with ``cls``
-    (dependency, sync or host), from one sorted sweep of every boundary."""
+    (dependency, sync or host), from one sorted sweep of every boundary: one lazy plan, so
+    that the millions of boundaries are not held once per step (the findings' peak memory
+    on the 2M-kernel bench export; docs/performance.md#attribution-and-metrics)."""
     # submitted (its launch call returned) but not started: it waits on something else
-    pending = ops.filter(pl.col("api_end").is_not_null() & (pl.col("api_end") < pl.col("start")))
+    lazy_ops = ops.lazy()
+    pending = lazy_ops.filter(
+        pl.col("api_end").is_not_null() & (pl.col("api_end") < pl.col("start"))
+    )
     inside = driver_times.filter((driver_times > ws) & (driver_times < we)).cast(_I64)
     marks = pl.concat([
         pl.DataFrame({"t": [ws, we]}, schema={"t": _I64}), inside.alias("t").to_frame()
-    ]).with_columns(pl.lit(0, pl.Int32).alias(d) for d in ("db", "dp", "ds"))  # fmt: skip
+    ]).lazy().with_columns(pl.lit(0, pl.Int32).alias(d) for d in ("db", "dp", "ds"))  # fmt: skip
     bounds = pl.concat([
-        _bounds(ops, "start", "end", "db", ws, we),
+        _bounds(lazy_ops, "start", "end", "db", ws, we),
         _bounds(pending, "api_end", "start", "dp", ws, we),
-        _bounds(syncs, "start", "end", "ds", ws, we),
+        _bounds(syncs.lazy(), "start", "end", "ds", ws, we),
         marks,
     ])  # fmt: skip
     last = (pl.col("t") != pl.col("t").shift(-1)).fill_null(True)
@@ -234,7 +239,7 @@ def _idle_segments(
         pl.when(pl.col("dp") > 0).then(pl.lit("dependency"))
         .when(pl.col("ds") > 0).then(pl.lit("sync"))
         .otherwise(pl.lit("host")).alias("cls"),
-    )  # fmt: skip
+    ).collect()  # fmt: skip
 
 
 def idle_by_phase(
@@ -299,7 +304,7 @@ def _finding(
 
 def _op_phases(ops: pl.DataFrame, points: pl.DataFrame) -> pl.DataFrame:
     """*ops* with the phase of their launching call (the innermost phase on its thread)."""
-    launched = ops.filter(pl.col("api_start").is_not_null())
+    launched = ops.lazy().filter(pl.col("api_start").is_not_null())  # read in the lookup's plan
     return lookup_phase(
         launched.rename({"api_gtid": "gtid_"}), points, t="api_start", gtid="gtid_"
     ).with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))
