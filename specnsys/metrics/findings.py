@@ -196,10 +196,10 @@ def _bounds(frame: pl.LazyFrame, s: str, e: str, delta: str, ws: int, we: int) -
         pl.max_horizontal(pl.col(s), pl.lit(ws)).cast(_I64).alias("a"),
         pl.min_horizontal(pl.col(e), pl.lit(we)).cast(_I64).alias("b"),
     ).filter(pl.col("a") < pl.col("b"))
-    zero = {d: pl.lit(0, pl.Int32) for d in ("db", "dp", "ds") if d != delta}
+    zero = {d: pl.lit(0, pl.Int8) for d in ("db", "dp", "ds") if d != delta}
     return pl.concat([
-        clipped.select(pl.col("a").alias("t"), pl.lit(1, pl.Int32).alias(delta), **zero),
-        clipped.select(pl.col("b").alias("t"), pl.lit(-1, pl.Int32).alias(delta), **zero),
+        clipped.select(pl.col("a").alias("t"), pl.lit(1, pl.Int8).alias(delta), **zero),
+        clipped.select(pl.col("b").alias("t"), pl.lit(-1, pl.Int8).alias(delta), **zero),
     ]).select("t", "db", "dp", "ds")  # fmt: skip
 
 
@@ -218,7 +218,7 @@ def _idle_segments(
     inside = driver_times.filter((driver_times > ws) & (driver_times < we)).cast(_I64)
     marks = pl.concat([
         pl.DataFrame({"t": [ws, we]}, schema={"t": _I64}), inside.alias("t").to_frame()
-    ]).lazy().with_columns(pl.lit(0, pl.Int32).alias(d) for d in ("db", "dp", "ds"))  # fmt: skip
+    ]).lazy().with_columns(pl.lit(0, pl.Int8).alias(d) for d in ("db", "dp", "ds"))  # fmt: skip
     bounds = pl.concat([
         _bounds(lazy_ops, "start", "end", "db", ws, we),
         _bounds(pending, "api_end", "start", "dp", ws, we),
