@@ -180,15 +180,16 @@ def test_the_step_tables_read_the_breakdowns_driver_ranges(
     breakdown already read (left in the attribution context), instead of deriving every
     phase range again in SQL, once per table (about 1 s each at 2M kernels); the analysis is
     the same as with them derived."""
+    from specnsys.attribution.phase_map import phase_ranges_sql
+    from specnsys.attribution.rules import PhaseRules
     from specnsys.metrics import steps
 
     trace = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
     derived: list[str] = []
-    original = steps.phase_ranges_sql
 
-    def counted(rules: object) -> str:
+    def counted(rules: PhaseRules) -> str:
         derived.append("phase_ranges_sql")
-        return original(rules)  # type: ignore[arg-type]
+        return phase_ranges_sql(rules)
 
     monkeypatch.setattr(steps, "phase_ranges_sql", counted)
     a = specnsys.analyze(trace, use_cache=False)
