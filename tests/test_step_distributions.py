@@ -133,3 +133,68 @@ def test_collect_queries_the_steps_once_per_trace(monkeypatch: pytest.MonkeyPatc
     with specnsys.open(trace) as opened:
         again = analysis_steps(opened, analysis, None)
     assert again.equals(table)
+
+
+def test_batch_counts_the_requests_open_at_each_step_start(tmp_path: Path) -> None:
+    """Without acceptance marks a step's ``batch`` is the requests of the process open at the
+    step's start: started at or before it, ending after it (an unended one runs to the
+    window's end); a request ending at the step's start, one starting later inside the step,
+    a reversed one and another process's are not. Counted from the requests' starts and ends
+    in one sweep, not by pairing every step with every request (on the 2M-kernel bench export,
+    73k steps x 9k requests, that pairing took 101 s of a cold analysis)."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    b.process(2, "other")
+    b.thread(2, 2, "main")
+    b.domain(2, "specnsys", pid=2, tid=2)
+    for i in range(10):
+        t = 1000 + 100 * i
+        b.push_pop(t, t + 100, "decode", pid=1, tid=1, domain_id=1)
+        b.push_pop(t + 1, t + 90, "forward", pid=1, tid=1, domain_id=1)
+        b.mark(t + 95, "tokens", pid=1, tid=1, domain_id=1, payload_int=1)
+    requests = [
+        (1000, 1500),  # from step 0's start to step 5's start: open at steps 0-4
+        (1050, 1300),  # open at steps 1-2 (it ends at step 3's start)
+        (1300, None),  # never ends: open from step 3 to the window's end
+        (1300, 1500),  # the same start: open at steps 3-4
+        (1700, 1600),  # reversed: never open
+        (1950, 1960),  # starts inside step 9: not open at its start
+    ]
+    for s, e in requests:
+        b.start_end(s, e, "request", pid=1, tid=1, domain_id=1)
+    b.start_end(1650, 1750, "request", pid=2, tid=2, domain_id=2)  # another process
+    path = b.write(tmp_path / "t.sqlite")
+    a = specnsys.analyze(path)
+    with specnsys.open(path) as trace:
+        steps = analysis_steps(trace, a, None)
+    assert steps["start_ns"].to_list() == [1000 + 100 * i for i in range(10)]
+    assert steps["batch"].to_list() == [1, 2, 2, 3, 3, 1, 1, 1, 1, 1]
+
+
+def test_the_step_tables_read_the_breakdowns_driver_ranges(
+    monkeypatch: pytest.MonkeyPatch, isolated_cache: Path
+) -> None:
+    """In one analysis the decode-step tables read the driver thread's phase ranges that the
+    breakdown already read (left in the attribution context), instead of deriving every
+    phase range again in SQL, once per table (about 1 s each at 2M kernels); the analysis is
+    the same as with them derived."""
+    from specnsys.attribution.phase_map import phase_ranges_sql
+    from specnsys.attribution.rules import PhaseRules
+    from specnsys.metrics import steps
+
+    trace = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
+    derived: list[str] = []
+
+    def counted(rules: PhaseRules) -> str:
+        derived.append("phase_ranges_sql")
+        return phase_ranges_sql(rules)
+
+    monkeypatch.setattr(steps, "phase_ranges_sql", counted)
+    a = specnsys.analyze(trace, use_cache=False)
+    assert derived == []
+    with specnsys.open(trace, use_cache=False) as opened:  # no context: derived in SQL
+        again = analysis_steps(opened, a, None)
+    assert derived == ["phase_ranges_sql"]
+    assert a.step_distributions is not None and again.height == a.steps

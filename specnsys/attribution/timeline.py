@@ -69,7 +69,8 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_WINDOW", "SEGMENT_SCHEMA", "STEP_PHASE", "WINDOW_SOURCES", "KernelNameRow",
     "PhaseBreakdown",
-    "exclusive_phase_times", "exclusive_segments", "step_phase",
+    "driver_ranges", "driver_ranges_key", "exclusive_phase_times", "exclusive_segments",
+    "step_phase",
 ]
 
 def step_phase(counts: Mapping[str, int], walls: Mapping[str, int]) -> str:
@@ -490,6 +491,8 @@ def exclusive_phase_times(
     nesting = nesting_facts(ranges, gtid, ws, we)
     with attribution_context(trace, mapping, context) as shared:
         index = shared.phase_index(ranges=ranges)
+        if context is not None:  # the decode-step tables read them (metrics/steps.py)
+            shared.frames[driver_ranges_key(gtid, ws, we)] = driver_ranges(ranges, gtid, ws, we)
         del ranges
         breakdown = _breakdown(trace, mapping, pid, (ws, we), gtid, cpu_ranges, index, shared)
     breakdown = replace(
@@ -498,6 +501,28 @@ def exclusive_phase_times(
     )  # fmt: skip
     trace.store_derived("phase_breakdown", key, breakdown.to_dict())
     return breakdown
+
+
+def driver_ranges_key(gtid: int | None, ws: int, we: int) -> tuple[object, ...]:
+    """The key of :func:`driver_ranges`'s frame in an attribution context's ``frames``."""
+    return ("driver_ranges", gtid, ws, we)
+
+
+def driver_ranges(ranges: pl.DataFrame, gtid: int | None, ws: int, we: int) -> pl.DataFrame:
+    """The counted phase ranges of the driver thread *gtid* starting in the window ``[ws,
+    we)``, unclosed ones ended at *we* (``s, e, phase``): what the decode-step tables are
+    built from. Left in the analysis's context by the breakdown, which has read every phase
+    range, so that those tables do not derive the phase ranges again in SQL (about 1 s each
+    on the 2M-kernel bench export; docs/performance.md#attribution-and-metrics)."""
+    if gtid is None:
+        return pl.DataFrame(schema={"s": _I64, "e": _I64, "phase": pl.String})
+    return ranges.filter(
+        (pl.col("gtid") == gtid) & pl.col("counted") & (pl.col("s") >= ws) & (pl.col("s") < we)
+    ).select(
+        pl.col("s").cast(_I64),
+        pl.col("e").fill_null(we).cast(_I64),
+        pl.col("phase").cast(pl.String),
+    )
 
 
 def _process_ops(

@@ -66,6 +66,11 @@ def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConne
     _sweep_scratch()
     con = interruptible(duckdb.connect())
     con.execute("SET enable_progress_bar = false")
+    # An ASOF join whose left side DuckDB estimates under 64 rows runs as a nested loop
+    # over both sides; the estimate of a CTE over the phase ranges is often ~15 rows when
+    # there are hundreds of thousands, and the decode steps' ASOF join then took 82 s
+    # instead of 0.7 s (docs/performance.md#attribution-and-metrics). Always the ASOF join.
+    con.execute("SET asof_loop_join_threshold = 0")
     if export_bytes is not None:
         limit = duckdb_memory_limit(export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN)
         con.execute("SET memory_limit = ?", [limit])

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.attribution.context import attribution_context
-from specnsys.attribution.launch import UNANNOTATED
+from specnsys.attribution.launch import OP_KIND, UNANNOTATED
 from specnsys.attribution.phase_map import lookup_phase
 from specnsys.metrics.events import Scope
 from specnsys.results import to_dict
-from specnsys.vocabulary import API_CALL_SQL, LAUNCH_NAME_PATTERN
+from specnsys.vocabulary import API_CALL_EVENT_CLASSES, LAUNCH_NAME_PATTERN
 
 if TYPE_CHECKING:
     from specnsys.attribution.phase_map import PhaseIndex
@@ -99,58 +99,107 @@ class Finding:
 
 def _ops(trace: Trace, scope: Scope) -> pl.DataFrame:
     """The process's GPU ops overlapping the window, with their launching call (the
-    earliest API call of the id, as launch attribution takes it)."""
-    sql = f"""
-    WITH ops AS (
-        SELECT 'kernel' AS kind, start, "end", correlation_id AS c, short_name AS name,
-               NULL::VARCHAR AS src, NULL::VARCHAR AS dst, NULL::BIGINT AS bytes
-        FROM kernels WHERE pid = $pid
-        UNION ALL SELECT 'memcpy', start, "end", correlation_id, copy_kind_name, src_kind,
-               dst_kind, bytes FROM memcpy WHERE pid = $pid
-        UNION ALL SELECT 'memset', start, "end", correlation_id, NULL, NULL, NULL, bytes
-        FROM memset WHERE pid = $pid
-        UNION ALL SELECT 'graph', start, "end", correlation_id, NULL, NULL, NULL, NULL
-        FROM graphs WHERE pid = $pid
-    ),
-    calls AS (
-        SELECT correlation_id AS c, min(start) AS api_start,
-               arg_min("end", start) AS api_end, arg_min(name, start) AS api_name,
-               arg_min(global_tid, start) AS api_gtid
-        FROM runtime WHERE pid = $pid AND {API_CALL_SQL} AND correlation_id IS NOT NULL
-        GROUP BY 1
+    earliest API call of the id, as launch attribution takes it).
+
+    Polars over the model's scans, the filters pushed into them; a DuckDB query of the same
+    (a hash aggregate of every call, then a hash join, both converted to Polars) took 3.7 s
+    of a 5 s ``findings_of`` on the 2M-kernel bench export
+    (docs/performance.md#attribution-and-metrics)."""
+    ws, we = scope.start_ns, scope.end_ns
+    mine = pl.lit(False) if scope.pid is None else pl.col("pid") == scope.pid
+    in_window = (pl.col("end") > ws) & (pl.col("start") < we) & (pl.col("end") > pl.col("start"))
+    # Millions of rows: the kind and the names are categorical (a few bytes a row, where a
+    # string column costs 16 even when NULL); the ops' own names are not read.
+    none = pl.lit(None, pl.Categorical)
+
+    def part(table: str, kind: str, src: pl.Expr, dst: pl.Expr, nbytes: pl.Expr) -> pl.LazyFrame:
+        return trace.table(table).filter(mine & in_window).select(
+            pl.lit(kind, OP_KIND).alias("kind"), pl.col("start").cast(_I64),
+            pl.col("end").cast(_I64), pl.col("correlation_id").cast(_I64).alias("c"),
+            src.cast(pl.Categorical).alias("src"), dst.cast(pl.Categorical).alias("dst"),
+            nbytes.cast(_I64).alias("bytes"),
+        )  # fmt: skip
+
+    ops = pl.concat([
+        part("kernels", "kernel", none, none, pl.lit(None, _I64)),
+        part("memcpy", "memcpy", pl.col("src_kind"), pl.col("dst_kind"), pl.col("bytes")),
+        part("memset", "memset", none, none, pl.col("bytes")),
+        part("graphs", "graph", none, none, pl.lit(None, _I64)),
+    ])  # fmt: skip
+    return ops.join(_launch_calls(trace, mine).lazy(), on="c", how="left").select(
+        "kind", "start", "end", "src", "dst", "bytes",
+        "api_start", "api_end", "api_name", "api_gtid",
+    ).collect()  # fmt: skip
+
+
+def _launch_calls(trace: Trace, mine: pl.Expr) -> pl.DataFrame:
+    """Per correlation id ``c`` of the process's API calls: the earliest call's start, and
+    the end, name and thread of its earliest call that has one (SQL's ``min`` and
+    ``arg_min``, which skip NULLs)."""
+    calls = (
+        trace.table("runtime")
+        .filter(
+            mine
+            & pl.col("event_class").is_in(list(API_CALL_EVENT_CLASSES))
+            & ~pl.col("is_backtrace").fill_null(False)
+            & pl.col("correlation_id").is_not_null()
+            & pl.col("start").is_not_null()
+        )
+        .select(
+            pl.col("correlation_id").cast(_I64).alias("c"),
+            pl.col("start").cast(_I64).alias("api_start"),
+            pl.col("end").cast(_I64).alias("api_end"),
+            pl.col("name").cast(pl.Categorical).alias("api_name"),
+            pl.col("global_tid").cast(_I64).alias("api_gtid"),
+        )
+        .collect()
     )
-    SELECT o.kind, o.start, o."end", o.name, o.src, o.dst, o.bytes,
-           c.api_start, c.api_end, c.api_name, c.api_gtid
-    FROM ops o LEFT JOIN calls c USING (c)
-    WHERE o."end" > $ws AND o.start < $we AND o."end" > o.start
-    """
-    frame: pl.DataFrame = trace.connection.sql(sql, params=_params(scope)).pl()
-    return frame
+    if calls["c"].n_unique() == calls.height:  # one call per id (the usual): nothing to pick
+        return calls
+    return calls.group_by("c").agg(
+        pl.col("api_start").min(),
+        *(
+            pl.col(c).sort_by("api_start").drop_nulls().first()
+            for c in ("api_end", "api_name", "api_gtid")
+        ),
+    )
 
 
 def _sync_calls(trace: Trace, scope: Scope) -> pl.DataFrame:
-    sql = f"""SELECT start, "end", name FROM runtime
-        WHERE pid = $pid AND {API_CALL_SQL} AND regexp_matches(name, '{SYNC_CALL_PATTERN}')
-          AND "end" > $ws AND start < $we AND "end" > start ORDER BY start"""
-    frame: pl.DataFrame = trace.connection.sql(sql, params=_params(scope)).pl()
-    return frame
+    """The process's synchronizing API calls overlapping the window, by start. A few
+    distinct call names over millions of calls: the regex runs on each name once (DuckDB's
+    ``regexp_matches`` on every call cost 0.5 s of ``findings_of`` at 2M calls)."""
+    ws, we = scope.start_ns, scope.end_ns
+    runtime = trace.table("runtime")
+    names = runtime.select(pl.col("name").cast(pl.String).unique()).collect()["name"]
+    syncs = names.drop_nulls().filter(names.drop_nulls().str.contains(SYNC_CALL_PATTERN))
+    mine = pl.lit(False) if scope.pid is None else pl.col("pid") == scope.pid
+    return (
+        runtime.filter(
+            mine
+            & pl.col("event_class").is_in(list(API_CALL_EVENT_CLASSES))
+            & ~pl.col("is_backtrace").fill_null(False)
+            & pl.col("name").cast(pl.String).is_in(syncs.implode())
+            & (pl.col("end") > ws) & (pl.col("start") < we) & (pl.col("end") > pl.col("start"))
+        )
+        .select(pl.col("start").cast(_I64), pl.col("end").cast(_I64),
+                pl.col("name").cast(pl.String))
+        .sort("start")
+        .collect()
+    )  # fmt: skip
 
 
-def _params(scope: Scope) -> dict[str, object]:
-    return {"pid": scope.pid, "ws": scope.start_ns, "we": scope.end_ns}
-
-
-def _bounds(frame: pl.DataFrame, s: str, e: str, delta: str, ws: int, we: int) -> pl.DataFrame:
+def _bounds(frame: pl.LazyFrame, s: str, e: str, delta: str, ws: int, we: int) -> pl.LazyFrame:
     """+1 at each interval's start and -1 at its end, in column *delta* (clipped to the
     window; empty intervals dropped)."""
     clipped = frame.select(
         pl.max_horizontal(pl.col(s), pl.lit(ws)).cast(_I64).alias("a"),
         pl.min_horizontal(pl.col(e), pl.lit(we)).cast(_I64).alias("b"),
     ).filter(pl.col("a") < pl.col("b"))
-    zero = {d: pl.lit(0, pl.Int32) for d in ("db", "dp", "ds") if d != delta}
+    zero = {d: pl.lit(0, pl.Int8) for d in ("db", "dp", "ds") if d != delta}
     return pl.concat([
-        clipped.select(pl.col("a").alias("t"), pl.lit(1, pl.Int32).alias(delta), **zero),
-        clipped.select(pl.col("b").alias("t"), pl.lit(-1, pl.Int32).alias(delta), **zero),
+        clipped.select(pl.col("a").alias("t"), pl.lit(1, pl.Int8).alias(delta), **zero),
+        clipped.select(pl.col("b").alias("t"), pl.lit(-1, pl.Int8).alias(delta), **zero),
     ]).select("t", "db", "dp", "ds")  # fmt: skip
 
 
@@ -158,17 +207,22 @@ def _idle_segments(
     ops: pl.DataFrame, syncs: pl.DataFrame, driver_times: pl.Series, ws: int, we: int
 ) -> pl.DataFrame:
     """Elementary segments ``t, len`` of the window where the GPU is idle, with ``cls``
-    (dependency, sync or host), from one sorted sweep of every boundary."""
+    (dependency, sync or host), from one sorted sweep of every boundary: one lazy plan, so
+    that the millions of boundaries are not held once per step (the findings' peak memory
+    on the 2M-kernel bench export; docs/performance.md#attribution-and-metrics)."""
     # submitted (its launch call returned) but not started: it waits on something else
-    pending = ops.filter(pl.col("api_end").is_not_null() & (pl.col("api_end") < pl.col("start")))
-    marks = pl.DataFrame(
-        {"t": [ws, we, *driver_times.filter((driver_times > ws) & (driver_times < we))]},
-        schema={"t": _I64},
-    ).with_columns(pl.lit(0, pl.Int32).alias(d) for d in ("db", "dp", "ds"))
+    lazy_ops = ops.lazy()
+    pending = lazy_ops.filter(
+        pl.col("api_end").is_not_null() & (pl.col("api_end") < pl.col("start"))
+    )
+    inside = driver_times.filter((driver_times > ws) & (driver_times < we)).cast(_I64)
+    marks = pl.concat([
+        pl.DataFrame({"t": [ws, we]}, schema={"t": _I64}), inside.alias("t").to_frame()
+    ]).lazy().with_columns(pl.lit(0, pl.Int8).alias(d) for d in ("db", "dp", "ds"))  # fmt: skip
     bounds = pl.concat([
-        _bounds(ops, "start", "end", "db", ws, we),
+        _bounds(lazy_ops, "start", "end", "db", ws, we),
         _bounds(pending, "api_end", "start", "dp", ws, we),
-        _bounds(syncs, "start", "end", "ds", ws, we),
+        _bounds(syncs.lazy(), "start", "end", "ds", ws, we),
         marks,
     ])  # fmt: skip
     last = (pl.col("t") != pl.col("t").shift(-1)).fill_null(True)
@@ -185,7 +239,7 @@ def _idle_segments(
         pl.when(pl.col("dp") > 0).then(pl.lit("dependency"))
         .when(pl.col("ds") > 0).then(pl.lit("sync"))
         .otherwise(pl.lit("host")).alias("cls"),
-    )  # fmt: skip
+    ).collect()  # fmt: skip
 
 
 def idle_by_phase(
@@ -250,7 +304,7 @@ def _finding(
 
 def _op_phases(ops: pl.DataFrame, points: pl.DataFrame) -> pl.DataFrame:
     """*ops* with the phase of their launching call (the innermost phase on its thread)."""
-    launched = ops.filter(pl.col("api_start").is_not_null())
+    launched = ops.lazy().filter(pl.col("api_start").is_not_null())  # read in the lookup's plan
     return lookup_phase(
         launched.rename({"api_gtid": "gtid_"}), points, t="api_start", gtid="gtid_"
     ).with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))
@@ -271,7 +325,10 @@ def _findings(
     split, ops = idle_by_phase(trace, scope, index)
     floor = FLOOR * window
     found: list[Finding] = []
-    launching = _gpu_phases(ops, index)
+    # each launched op's phase, looked up once for the three uses below
+    phased = _op_phases(ops, index.change_points)
+    launching = set(phased["phase"].unique().to_list())
+    del ops  # the phased copy serves from here
     for phase, s in split.items():
         for name, ns in s.sync_calls.items():
             if ns >= floor:
@@ -290,8 +347,8 @@ def _findings(
                 figures, window,
             ))  # fmt: skip
     span = (scope.start_ns, scope.end_ns)
-    found += _copy_findings(ops, index, figures, span, floor)
-    found += _storm_findings(ops, index, figures, span, floor)
+    found += _copy_findings(phased, figures, span, floor)
+    found += _storm_findings(phased, figures, span, floor)
     found.sort(key=lambda f: (-f.time_ns, f.kind, f.phase))
     return {
         "idle_by_phase": {p: to_dict(s) for p, s in split.items()},
@@ -302,10 +359,6 @@ def _findings(
     }
 
 
-def _gpu_phases(ops: pl.DataFrame, index: PhaseIndex) -> set[str]:
-    return set(_op_phases(ops, index.change_points)["phase"].unique().to_list())
-
-
 def _clipped(s: str, e: str, window_of: tuple[int, int]) -> pl.Expr:
     """The part of ``[s, e)`` inside the window (0 when outside)."""
     ws, we = window_of
@@ -314,16 +367,17 @@ def _clipped(s: str, e: str, window_of: tuple[int, int]) -> pl.Expr:
 
 
 def _copy_findings(
-    ops: pl.DataFrame, index: PhaseIndex, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
+    phased: pl.DataFrame, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
     floor: float,
 ) -> list[Finding]:  # fmt: skip
+    """The copy findings, from the launched ops with their phase (:func:`_op_phases`)."""
     window = window_of[1] - window_of[0]
-    copies = _op_phases(ops.filter(pl.col("kind") == "memcpy"), index.change_points)
+    copies = phased.filter(pl.col("kind") == "memcpy")
     out = []
     sync = (
         copies.filter(
-            pl.col("api_name").str.contains(MEMCPY_CALL_PATTERN)
-            & ~pl.col("api_name").str.contains(ASYNC_PATTERN)
+            pl.col("api_name").cast(pl.String).str.contains(MEMCPY_CALL_PATTERN)
+            & ~pl.col("api_name").cast(pl.String).str.contains(ASYNC_PATTERN)
         )
         .group_by("phase", "api_name")
         .agg(pl.len().alias("n"), _clipped("api_start", "api_end", window_of).sum().alias("ns"))
@@ -354,14 +408,17 @@ def _copy_findings(
 
 
 def _storm_findings(
-    ops: pl.DataFrame, index: PhaseIndex, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
+    phased: pl.DataFrame, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
     floor: float,
 ) -> list[Finding]:  # fmt: skip
+    """The launch storms, from the launched ops with their phase (:func:`_op_phases`)."""
     window = window_of[1] - window_of[0]
-    kernels = _op_phases(
-        ops.filter((pl.col("kind") == "kernel") & pl.col("api_name").str.contains(LAUNCH_NAME_PATTERN)),
-        index.change_points,
-    )  # fmt: skip
+    # a few distinct call names over millions of ops: the regex runs on each name once
+    names = phased["api_name"].unique().drop_nulls().cast(pl.String)
+    launches = names.filter(names.str.contains(LAUNCH_NAME_PATTERN))
+    kernels = phased.filter(
+        (pl.col("kind") == "kernel") & pl.col("api_name").is_in(launches.implode())
+    )
     short = (pl.col("end") - pl.col("start")) < (pl.col("api_end") - pl.col("api_start"))
     storms = kernels.group_by("phase").agg(
         pl.len().alias("kernels"),

@@ -20,11 +20,15 @@ cost is linear in ranges and marks.
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 from specnsys.attribution.phase_map import mapped_nvtx_sql, phase_ranges_sql
+from specnsys.attribution.timeline import driver_ranges_key
 from specnsys.metrics.events import MARKS_WHERE, Scope
 from specnsys.vocabulary import (
     ACCEPTED_MARK,
@@ -88,10 +92,6 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
         "step": step_phase,
         "parts": list(STEP_PARTS),
     }
-    ranges = f"""
-        SELECT s, coalesce(e, $we) AS e, phase FROM ({phase_ranges_sql(scope.rules)})
-        WHERE gtid = $gtid AND counted AND s >= $ws AND s < $we
-    """
     prm["domain"] = DOMAIN
     prm["names"] = [PROPOSED_MARK, ACCEPTED_MARK, TOKENS_MARK]
     mark_rows = f"""
@@ -101,8 +101,9 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
     part_sums = ", ".join(
         f"coalesce(sum(p.ns) FILTER (WHERE p.phase = '{p}'), 0) AS {p}_ns" for p in STEP_PARTS
     )
-    sql = f"""
-    WITH driver AS ({ranges}),
+    with _driver_sql(trace, scope) as driver:
+        sql = f"""
+    WITH driver AS ({driver}),
     steps AS (
         SELECT row_number() OVER (ORDER BY s, e) - 1 AS step, s, least(e, $we) AS e
         FROM driver WHERE phase = $step
@@ -123,6 +124,12 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
         SELECT s, coalesce(e, $we) AS e FROM ({mapped_nvtx_sql(scope.rules)})
         WHERE phase = '{REQUEST_PHASE}' AND pid = $pid
     ),
+    request_level AS (
+        SELECT t, sum(sum(d)) OVER (ORDER BY t ROWS UNBOUNDED PRECEDING) AS n
+        FROM (SELECT s AS t, 1 AS d FROM requests
+              UNION ALL SELECT greatest(s, e) AS t, -1 AS d FROM requests)
+        GROUP BY t
+    ),
     per_part AS (SELECT step, {part_sums} FROM parts p GROUP BY step),
     per_mark AS (
         SELECT step,
@@ -133,9 +140,7 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
         FROM mk GROUP BY step
     ),
     open_requests AS (
-        SELECT st.step, count(q.s) AS n
-        FROM steps st LEFT JOIN requests q ON q.s <= st.s AND q.e > st.s
-        GROUP BY st.step
+        SELECT st.step, o.n FROM steps st ASOF JOIN request_level o ON st.s >= o.t
     )
     SELECT st.step, st.s AS start_ns, st.e - st.s AS duration_ns,
            {", ".join(f"coalesce(pp.{p}_ns, 0) AS {p}_ns" for p in STEP_PARTS)},
@@ -149,7 +154,7 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
     LEFT JOIN open_requests o USING (step)
     ORDER BY st.step
     """
-    frame: pl.DataFrame = con.sql(sql, params=prm).pl()
+        frame: pl.DataFrame = con.sql(sql, params=_used(sql, prm)).pl()
     return frame.select(pl.col(c).cast(t) for c, t in STEP_COLUMNS.items())
 
 
@@ -170,11 +175,9 @@ def step_phase_times(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFram
         "we": scope.end_ns,
         "step": step_phase,
     }
-    sql = f"""
-    WITH driver AS (
-        SELECT s, coalesce(e, $we) AS e, phase FROM ({phase_ranges_sql(scope.rules)})
-        WHERE gtid = $gtid AND counted AND s >= $ws AND s < $we
-    ),
+    with _driver_sql(trace, scope) as driver:
+        sql = f"""
+    WITH driver AS ({driver}),
     steps AS (
         SELECT row_number() OVER (ORDER BY s, e) - 1 AS step, s, least(e, $we) AS e
         FROM driver WHERE phase = $step
@@ -185,5 +188,35 @@ def step_phase_times(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFram
     WHERE r.s < st.e
     GROUP BY ALL ORDER BY st.step, r.phase
     """
-    frame: pl.DataFrame = trace.connection.sql(sql, params=prm).pl()
+        frame: pl.DataFrame = trace.connection.sql(sql, params=_used(sql, prm)).pl()
     return frame.select(pl.col(c).cast(t) for c, t in STEP_PHASE_COLUMNS.items())
+
+
+@contextlib.contextmanager
+def _driver_sql(trace: Trace, scope: Scope) -> Iterator[str]:
+    """SQL of the driver thread's counted phase ranges in the window (``s, e, phase``;
+    unclosed ones ended at the window's end): the frame the breakdown left in the analysis's
+    context (:func:`~specnsys.attribution.timeline.driver_ranges`), registered for the
+    block, else derived from the model (a context of other rules, or none)."""
+    context = scope.context
+    key = driver_ranges_key(scope.driver_gtid, scope.start_ns, scope.end_ns)
+    frame = None
+    if context is not None and context.trace is trace and context.rules == scope.rules:
+        frame = context.frames.get(key)
+    if frame is None:
+        yield f"""
+        SELECT s, coalesce(e, $we) AS e, phase FROM ({phase_ranges_sql(scope.rules)})
+        WHERE gtid = $gtid AND counted AND s >= $ws AND s < $we
+        """
+        return
+    name = f"_specnsys_driver_{uuid.uuid4().hex}"
+    trace.connection.register(name, frame.to_arrow())
+    try:
+        yield f"SELECT s, e, phase FROM {name}"
+    finally:
+        trace.connection.unregister(name)
+
+
+def _used(sql: str, prm: Mapping[str, object]) -> dict[str, object]:
+    """The parameters of *prm* that *sql* names (DuckDB refuses unused ones)."""
+    return {k: v for k, v in prm.items() if f"${k}" in sql}
