@@ -234,7 +234,7 @@ def report(row: dict, analysis_name: str) -> str:
         f"({os.cpu_count()} cores)",
         f"   {'bare sqlite3 scan of the columns read':<40}{_fmt_run(row, 'bare', None, '', size)}",
         f"   {f'specnsys {analysis_name} cold':<40}"
-        f"{_fmt_run(row, 'cold', bare, 'bare scan', size)}   (goal <= 3x)",
+        f"{_fmt_run(row, 'cold', bare, 'bare scan', size)}   (goal <= 2x, issue 35)",
         *(
             [
                 f"   {'  cold/bare of each repetition':<40}"
