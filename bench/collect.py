@@ -92,7 +92,8 @@ def _run_tcp(args: list[str], workers: int, cache: Path) -> float:
     os.environ["SPECNSYS_CACHE_DIR"] = str(cache)  # the worker processes inherit it
     try:
         with LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         ) as cluster:
             return _run([*args, "--dask", cluster.scheduler_address], cache)
     finally:

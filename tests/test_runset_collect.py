@@ -252,6 +252,28 @@ def test_the_dask_path_gives_the_same_dataset_as_the_pool(tmp_path: Path) -> Non
         assert_frame_equal(_table(tmp_path / "pool", table), _table(tmp_path / "dask", table))
 
 
+def test_dask_local_does_not_want_port_8787(tmp_path: Path) -> None:
+    """Two ``collect --dask local`` at once (or a Dask dashboard already running): each
+    LocalCluster's scheduler serves its HTTP routes on a free local port, not Dask's default
+    8787, so the second says nothing ("Port 8787 is already in use", a UserWarning, was
+    printed by the second of two such runs in the test suite)."""
+    pytest.importorskip("distributed")
+    import socket
+    import warnings
+
+    _copies(tmp_path / "t", CHAT[:1])
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            taken.bind(("", 8787))
+        except OSError:
+            pytest.skip("port 8787 is in use by another program")
+        taken.listen()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            collect([tmp_path / "t"], tmp_path / "ds", workers=1, dask="local", use_cache=False)
+
+
 def test_a_tcp_scheduler_started_here_gives_the_same_dataset_as_the_pool(tmp_path: Path) -> None:
     """``collect --dask tcp://HOST:PORT`` as a user runs it: the CLI is a client of a
     scheduler it did not start (here, two worker processes behind a tcp:// scheduler)."""
@@ -259,7 +281,8 @@ def test_a_tcp_scheduler_started_here_gives_the_same_dataset_as_the_pool(tmp_pat
     traces = _copies(tmp_path / "t")
     collect([tmp_path / "t"], tmp_path / "pool", workers=2, use_cache=False)
     with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
     ) as cluster:
         address = cluster.scheduler_address
         assert address.startswith("tcp://")

@@ -217,7 +217,10 @@ def _run_dask(
     cluster = None
     if address == "local":
         cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+            # no dashboard, and its HTTP routes on a free local port: not Dask's default 8787,
+            # which a second collect (or a dashboard already running) holds
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         )
         client = Client(cluster)
     else:
