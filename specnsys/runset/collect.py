@@ -245,6 +245,22 @@ def _run_dask(
             cluster.close()
 
 
+def _record(store: Dataset, result: CollectResult, job: Job, outcome: Outcome) -> None:
+    """Write one job's run into *store* (its settings without ``use_cache``), or note its
+    failure; *result* says which."""
+    done, job_settings, _ = job
+    if isinstance(outcome, str):
+        result.failed[done] = outcome
+        store.note_failure(done, outcome)
+        return
+    kept = job_settings.copy()
+    kept.pop("use_cache", None)
+    outcome.settings = kept
+    store.write_run(run_id_of(Path(done)), outcome)
+    result.analysed.append(done)
+    result.warnings += outcome.warnings
+
+
 def collect(
     inputs: Sequence[str | Path],
     dataset: str | Path,
@@ -302,19 +318,10 @@ def collect(
         else _run_pool(jobs, n, metrics) if jobs else iter(())
     )  # fmt: skip
     try:
-        for (done, job_settings, _), outcome in outcomes:
-            if isinstance(outcome, str):
-                result.failed[done] = outcome
-                store.note_failure(done, outcome)
-            else:
-                kept = job_settings.copy()
-                kept.pop("use_cache", None)
-                outcome.settings = kept
-                store.write_run(run_id_of(Path(done)), outcome)
-                result.analysed.append(done)
-                result.warnings += outcome.warnings
+        for job, outcome in outcomes:
+            _record(store, result, job, outcome)
             if progress is not None:
-                progress(done)
+                progress(job[0])
     finally:
         # Interrupted or not: end the workers now (closing the generator runs its clean-up)
         # and record what landed, so the dataset's manifest and tables agree.
