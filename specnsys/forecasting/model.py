@@ -160,12 +160,14 @@ def _matrix(frame: pl.DataFrame, names: Sequence[str], y: str) -> tuple[Matrix, 
 
 @dataclass
 class _Builder:
-    """Terms, missing terms and assumptions, collected while fitting."""
+    """Terms, missing terms and assumptions, collected while fitting; *rows* are the steps
+    with every step regressor (:func:`_step_rows`), made once."""
 
     data: FitData
     terms: list[Term]
     missing: dict[str, str]
     assumptions: list[str]
+    rows: pl.DataFrame
 
     def runs_word(self, frame: pl.DataFrame) -> str:
         return f"{frame.height} decode steps of {frame['run_id'].n_unique()} runs"
@@ -292,7 +294,7 @@ def _with_knot(b: _Builder, term: Term, longest: float) -> Term:
     if slope is None:
         return term
     fitted = {t.name: t for t in b.terms}
-    rows = _step_rows(b.data)
+    rows = b.rows
     best: tuple[float, float, str] | None = None
     for name, coefficient, column in _PASSES.get(term.name, ()):
         pass_term = fitted.get(name)
@@ -513,10 +515,9 @@ def fit_model(data: FitData) -> CostModel:
     """The cost model of *data* (module docs)."""
     if not data.runs:
         raise BadInputError("no run to fit a cost model on")
-    b = _Builder(data, [], {}, [])
-    rows = _step_rows(data)
+    b = _Builder(data, [], {}, [], _step_rows(data))
     for name in STEP_TERMS:
-        _step_term(b, rows, name)
+        _step_term(b, b.rows, name)
     fitted = {t.name for t in b.terms}
     prefill_fitted = {p for p in PREFILL_ROLES if _prefill_term(b, p)}
     for role in (BASELINE, SPEC):

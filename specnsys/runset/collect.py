@@ -121,10 +121,10 @@ def analyse_trace(trace: str, settings: Settings, labels: dict[str, str]) -> Run
 
 
 def _safe(
-    trace: str, settings: Settings, labels: dict[str, str], metrics: tuple[Metric, ...] = ()
+    trace: str, settings: Settings, labels: dict[str, str], metrics: tuple[Metric, ...]
 ) -> RunRecord | str:
-    """:func:`analyse_trace` with the parent's registered *metrics*, a failure returned as
-    its one-line reason."""
+    """:func:`analyse_trace` with the parent's registered *metrics* (all of them, the static
+    ones included: they replace the worker's), a failure returned as its one-line reason."""
     try:
         registry.adopt(metrics)
         return analyse_trace(trace, settings, labels)
