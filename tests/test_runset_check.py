@@ -145,27 +145,31 @@ def _capture(out: Path, *extra: str) -> Path:
 def test_an_injected_sample_delay_is_caught_and_a_repeat_passes(tmp_path: Path) -> None:
     """Real captures: two repeats of a configuration pass against each other; the same
     configuration with 5 ms slept in every step's sample phase (several times a step's own
-    cost) fails, naming sample. The total gate is 50 %, the phase gate 500 %: one run per side
+    cost) fails, naming sample. The total gate is 100 %, the phase gate 500 %: one run per side
     has no noise band, and a phase of these CPU runs scatters more than their total (four
     repeats on the loaded 2-core machine of issue 30: phases of at least 1 % of the total
     moved by up to +199 % between repeats (decode's exclusive time, 3 % of the total; prefill,
     8 ranges, +115 %), while the delayed sample grew by +2,400 % to +4,100 %). The runs are long
     enough (256 tokens, one warm-up request) for repeats to agree: four repeats per token
     956k-1,098k ns (15 %), where the earlier 64-token runs without warm-up scattered
-    596k-1,004k ns (68 %) and the repeat failed the gate once in this session."""
+    596k-1,004k ns (68 %) and the repeat failed the gate once in this session. The gate was
+    50 % until two repeats of one configuration, captured back to back with nothing else
+    running (a CI preview, 2026-12-06), measured 371k and 579k ns per token (+56 %) and
+    another loaded run +68 %; the delay moves the total by far more than 100 % (the sample
+    phase +2,400 % and more), so the gate still tells a delay from a repeat."""
     pytest.importorskip("torch")
     base = _capture(tmp_path / "base_r1")
     repeat = _capture(tmp_path / "base_r2")
     slow = _capture(tmp_path / "slow", "--sample-delay-ms", "5")
     same = subprocess.run(
         [sys.executable, "-m", "specnsys", "check", str(base), str(repeat),
-         "--max-regression", "50%", "--max-phase-regression", "500%", "--json"],
+         "--max-regression", "100%", "--max-phase-regression", "500%", "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert same.returncode == 0, same.stdout + same.stderr
     caught = subprocess.run(
         [sys.executable, "-m", "specnsys", "check", str(base), str(slow),
-         "--max-regression", "50%", "--max-phase-regression", "500%", "--json"],
+         "--max-regression", "100%", "--max-phase-regression", "500%", "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert caught.returncode == 1, caught.stdout + caught.stderr
