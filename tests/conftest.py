@@ -53,22 +53,30 @@ def corpus_cache(corpus_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 #
 # Each test module is one unit of work, so a module-scoped fixture (a capture, a built corpus
 # cache) is made once, on one worker. Two units are larger:
-# - "corpus": the modules that share the session's corpus cache (``corpus_cache``), so each real
-#   export is built once, not once per worker. It goes first.
-# - "nsys": every module with a test that runs nsys, on one worker, last, and each of its tests
-#   alone on the machine: the other workers wait (a shared/exclusive file lock around every
-#   test, fixtures included). Two nsys processes at once fail inside nsys (``sem_open``, "Local
+# - "nsys": every module with a test that runs nsys, on one worker, first, so that the other
+#   worker runs the rest of the suite beside it. Each test marked ``nsys`` (its setup, call and
+#   teardown) runs alone on the machine: the other workers wait (a shared/exclusive file lock
+#   around every test). Two nsys processes at once fail inside nsys (``sem_open``, "Local
 #   Endpoint is not available"), and the capture tests check timings (the program's own clock
-#   against the trace's, two profilers of one run) that a busy second core disturbs.
-_FIRST, _LAST = "corpus", "nsys"
+#   against the trace's, two profilers of one run) that a busy second core disturbs. The
+#   unmarked tests of those modules hold the lock shared, as every other test does.
+# - "corpus": the modules that share the session's corpus cache (``corpus_cache``), so each real
+#   export is built once, not once per worker. It goes second.
+#
+# pytest 9.2 broke xdist's grouping (pytest-xdist#1386: ``--dist loadgroup`` writes the group
+# into ``item._nodeid``, which pytest 9.2 no longer reads): every test was then dealt out on
+# its own, the module fixtures (nsys captures among them) ran once per worker and the workers
+# spent a third of the run waiting on each other's locks. pyproject.toml keeps pytest below
+# 9.2, and :func:`pytest_xdist_node_collection_finished` stops a run whose groups are lost.
+_FIRST, _SECOND = "nsys", "corpus"
 _GROUP = pytest.StashKey[str]()
 
 
 def _group_of_module(items: list[pytest.Item]) -> str:
     if any(item.get_closest_marker("nsys") for item in items):
-        return _LAST
-    if any("corpus_cache" in getattr(item, "fixturenames", ()) for item in items):
         return _FIRST
+    if any("corpus_cache" in getattr(item, "fixturenames", ()) for item in items):
+        return _SECOND
     return items[0].nodeid.split("::")[0]
 
 
@@ -80,9 +88,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test its module's xdist group (see above); corpus first, nsys last.
+    """Give every test its module's xdist group (see above); nsys first, corpus second.
 
-    Without ``--dist loadgroup`` the marks change nothing and the order is the collected one."""
+    The order matters on an xdist worker only (whose ``dist`` option xdist sets to "no", so
+    the worker is recognised by ``loadgroup``): the controller hands out the groups in the
+    order the workers collected them. Without ``--dist loadgroup`` nothing changes."""
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::")[0], []).append(item)
@@ -94,25 +104,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     def rank(item: pytest.Item) -> int:
         group = item.stash[_GROUP]
-        return 0 if group == _FIRST else 2 if group == _LAST else 1
+        return 0 if group == _FIRST else 1 if group == _SECOND else 2
 
-    if getattr(config.option, "dist", "no") != "no":
+    if getattr(config.option, "loadgroup", False):
         items.sort(key=rank)  # stable: the order within a group is the collected one
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without pytest-xdist
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """On the controller: stop a ``--dist loadgroup`` run whose workers sent no groups (the
+    nodeids carry none: pytest-xdist#1386), rather than run every module fixture once per
+    worker, silently twice as slow."""
+    if node.config.getvalue("dist") == "loadgroup" and ids and not any("@" in i for i in ids):
+        pytest.exit(
+            "pytest-xdist lost the test groups (--dist loadgroup under pytest 9.2, "
+            "pytest-xdist#1386): install the project's dev extra (pytest<9.2)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> Generator[None, object, object]:
-    """On an xdist worker: an nsys test (its setup, call and teardown) holds the run's lock
-    exclusively, every other test holds it shared, so no test runs beside an nsys one."""
+    """On an xdist worker: a test marked ``nsys`` (its setup, call and teardown) holds the
+    run's lock exclusively, every other test holds it shared, so no test runs beside an nsys
+    one."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run is None:
         return (yield)
     path = Path(tempfile.gettempdir()) / f"specnsys-tests-{run}.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        alone = item.stash.get(_GROUP, "") == _LAST
+        alone = item.get_closest_marker("nsys") is not None
         fcntl.flock(fd, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         return (yield)
     finally:
