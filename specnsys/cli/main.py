@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn, TextIO, cast
 
+from specnsys.allocator import return_freed_memory
 from specnsys.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -362,6 +363,7 @@ def _run(argv: Sequence[str] | None) -> int:
     warnings.showwarning = _show_warning
     _PENDING_WARNINGS.clear()
     fit_to_address_space()
+    return_freed_memory()
     with _queries_stopped_on_signal():
         # Imports the commands, and with them the analysis stack, with Ctrl-C and SIGTERM held
         # until it is loaded: an interrupt inside Polars's start-up (it imports Python modules
