@@ -254,6 +254,13 @@ def report(row: dict, analysis_name: str) -> str:
             else ""
         ),
     ]
+    if row["cold"]["returncode"] == 0:
+        budget = 300 + 1.5 * size / 2**20
+        peak = row["cold"]["peak_rss_mb"]
+        lines.append(
+            f"   {'cold peak RSS against its budget':<40}{peak:8.0f} MB of 300 MB + 1.5x file = "
+            f"{budget:.0f} MB ({peak / budget:.2f}x; goal <= 1x, issue 35)"
+        )
     if "cache_bytes" in row:
         lines.append(f"   {'cache size':<40}{row['cache_bytes'] / 1e6:8.0f} MB")
     for key, label in (

@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn, TextIO, cast
 
+from specnsys.allocator import return_freed_memory
 from specnsys.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -32,6 +33,7 @@ from specnsys.errors import (
     is_out_of_memory,
     out_of_memory,
 )
+from specnsys.held_signals import signals_held
 
 _PENDING_WARNINGS: list[str] = []
 
@@ -361,8 +363,14 @@ def _run(argv: Sequence[str] | None) -> int:
     warnings.showwarning = _show_warning
     _PENDING_WARNINGS.clear()
     fit_to_address_space()
+    return_freed_memory()
     with _queries_stopped_on_signal():
-        parser = build_parser()  # imports the commands, and with them the analysis stack
+        # Imports the commands, and with them the analysis stack, with Ctrl-C and SIGTERM held
+        # until it is loaded: an interrupt inside Polars's start-up (it imports Python modules
+        # from Rust and unwraps the result) made Polars panic, printing a Rust backtrace
+        # before the one line (seen once in the suite, tests/test_reliability_exits.py).
+        with signals_held():
+            parser = build_parser()
         args = parser.parse_args(argv)
         from specnsys.ingest.trace import rebuilt_once
 

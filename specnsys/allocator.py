@@ -1,0 +1,43 @@
+"""Polars's allocator told to hand freed memory back promptly, before Polars loads.
+
+Polars allocates with its own jemalloc (symbols prefixed ``_rjem_``), which reads its options
+from ``_RJEM_MALLOC_CONF`` once, at its first allocation; no API changes them later. Polars's
+``__init__`` sets ``dirty_decay_ms:500,muzzy_decay_ms:1000`` there and appends what the variable
+held before, so options set before the import win. An analysis builds and drops frames of
+millions of rows step after step; with Polars's settings their pages stay resident for a
+second or more (a "muzzy" page is only marked free, and counts in RSS until the kernel needs
+it), so the peak of a cold analysis comes near the sum of its steps instead of the largest one
+(docs/performance.md#memory-of-an-analysis). A base module: the command line calls it before
+it imports anything that loads Polars.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+POLARS_ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
+#: Freed pages go back to the system after 100 ms, at once, not after 0.5 + 1 s.
+POLARS_ALLOCATOR_OPTIONS = "dirty_decay_ms:100,muzzy_decay_ms:0"
+
+_SET_HERE: list[str] = []
+
+
+def return_freed_memory() -> None:
+    """Set :data:`POLARS_ALLOCATOR_OPTIONS` for this process and the workers it starts, unless
+    the user set the variable or Polars is already loaded (its allocator may have read it)."""
+    if "polars" in sys.modules or POLARS_ALLOCATOR_VARIABLE in os.environ:
+        return
+    os.environ[POLARS_ALLOCATOR_VARIABLE] = POLARS_ALLOCATOR_OPTIONS
+    _SET_HERE.append(POLARS_ALLOCATOR_OPTIONS)
+
+
+def without_allocator_options(env: Mapping[str, str]) -> dict[str, str]:
+    """*env* without the variable when :func:`return_freed_memory` set it (the user had not,
+    and Polars's own import appends to it): a program that specnsys runs (``profile``) gets
+    the environment it was given."""
+    result = dict(env)
+    if _SET_HERE:
+        result.pop(POLARS_ALLOCATOR_VARIABLE, None)
+    return result

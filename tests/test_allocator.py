@@ -1,0 +1,80 @@
+"""Polars's allocator gets its options before Polars loads (specnsys/allocator.py): set by the
+command line for itself and its workers, never over the user's own, and not handed on to a
+program that ``profile`` runs. What it saves is measured by ``bench/scale.py`` (peak RSS),
+not asserted here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from specnsys.allocator import (
+    POLARS_ALLOCATOR_OPTIONS,
+    POLARS_ALLOCATOR_VARIABLE,
+    without_allocator_options,
+)
+from tests.conftest import SAMPLE_TRACES
+
+
+def _python(code: str, **env: str) -> str:
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR_VARIABLE}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=120, env={**base, **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_command_line_sets_the_options_before_polars_loads() -> None:
+    trace = sorted(SAMPLE_TRACES.glob("*.sqlite"))[0]
+    out = _python(f"""
+        import contextlib, io, os, sys
+        from specnsys.cli.main import main
+        assert "polars" not in sys.modules
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["--no-cache", "info", {str(trace)!r}])
+        print(code, "polars" in sys.modules, os.environ.get({POLARS_ALLOCATOR_VARIABLE!r}))
+    """)
+    # Polars's import puts its own defaults first: the later options win
+    assert out.startswith("0 True ") and out.endswith(f",{POLARS_ALLOCATOR_OPTIONS}"), out
+
+
+def test_the_users_own_options_are_kept() -> None:
+    out = _python(
+        f"""
+        import os
+        from specnsys.allocator import return_freed_memory, without_allocator_options
+        return_freed_memory()
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], len(without_allocator_options(os.environ)) == len(os.environ))
+        """,
+        **{POLARS_ALLOCATOR_VARIABLE: "narenas:1"},
+    )
+    assert out == "narenas:1 True"
+
+
+def test_too_late_once_polars_is_loaded() -> None:
+    out = _python(f"""
+        import os, polars
+        from specnsys.allocator import return_freed_memory
+        before = os.environ.get({POLARS_ALLOCATOR_VARIABLE!r})
+        return_freed_memory()
+        print(os.environ.get({POLARS_ALLOCATOR_VARIABLE!r}) == before, {POLARS_ALLOCATOR_OPTIONS!r} in before)
+    """)
+    assert out == "True False"
+
+
+def test_a_profiled_program_does_not_inherit_the_options() -> None:
+    out = _python(f"""
+        import os
+        from specnsys.allocator import return_freed_memory, without_allocator_options
+        return_freed_memory()
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], {POLARS_ALLOCATOR_VARIABLE!r} in without_allocator_options(os.environ))
+    """)
+    assert out == f"{POLARS_ALLOCATOR_OPTIONS} False"
+    # in this process, where the options were not set here, a user's value stays
+    env = {POLARS_ALLOCATOR_VARIABLE: POLARS_ALLOCATOR_OPTIONS}
+    assert without_allocator_options(env) == env
