@@ -71,6 +71,13 @@ def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConne
     # there are hundreds of thousands, and the decode steps' ASOF join then took 82 s
     # instead of 0.7 s (docs/performance.md#attribution-and-metrics). Always the ASOF join.
     con.execute("SET asof_loop_join_threshold = 0")
+    # DuckDB keeps what a query freed in its allocator's caches (flushed only past 128 MB per
+    # task): the phase ranges' query left 300 MB resident after its frame was dropped (2M-kernel
+    # bench export). Flushed after each task past 4 MB, by background threads: the cold
+    # analysis peaked at 1.23 GB against 1.36-1.45 GB, in the same time
+    # (docs/performance.md#memory-of-an-analysis).
+    con.execute("SET allocator_flush_threshold = '4MB'")
+    con.execute("SET allocator_background_threads = true")
     if export_bytes is not None:
         limit = duckdb_memory_limit(export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN)
         con.execute("SET memory_limit = ?", [limit])
