@@ -20,24 +20,34 @@ from collections.abc import Mapping
 POLARS_ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
 #: Freed pages go back to the system after 100 ms, at once, not after 0.5 + 1 s.
 POLARS_ALLOCATOR_OPTIONS = "dirty_decay_ms:100,muzzy_decay_ms:0"
+#: What Polars's ``__init__`` writes into the variable when it was unset. Every process that a
+#: Python program which imported Polars starts inherits it (a bench, a test, a notebook): it
+#: is Polars's default, not the user's choice.
+POLARS_OWN_OPTIONS = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 
-_SET_HERE: list[str] = []
+_SET_HERE: list[str | None] = []
 
 
 def return_freed_memory() -> None:
     """Set :data:`POLARS_ALLOCATOR_OPTIONS` for this process and the workers it starts, unless
-    the user set the variable or Polars is already loaded (its allocator may have read it)."""
-    if "polars" in sys.modules or POLARS_ALLOCATOR_VARIABLE in os.environ:
+    the user set the variable (to anything but Polars's own default) or Polars is already
+    loaded (its allocator may have read it)."""
+    current = os.environ.get(POLARS_ALLOCATOR_VARIABLE)
+    if "polars" in sys.modules or current not in (None, "", POLARS_OWN_OPTIONS):
         return
     os.environ[POLARS_ALLOCATOR_VARIABLE] = POLARS_ALLOCATOR_OPTIONS
-    _SET_HERE.append(POLARS_ALLOCATOR_OPTIONS)
+    _SET_HERE.append(current)
 
 
 def without_allocator_options(env: Mapping[str, str]) -> dict[str, str]:
-    """*env* without the variable when :func:`return_freed_memory` set it (the user had not,
-    and Polars's own import appends to it): a program that specnsys runs (``profile``) gets
-    the environment it was given."""
+    """*env* with the variable as it was before :func:`return_freed_memory` set it (Polars's
+    own import appends to it meanwhile): a program that specnsys runs (``profile``) gets the
+    environment it was given."""
     result = dict(env)
     if _SET_HERE:
-        result.pop(POLARS_ALLOCATOR_VARIABLE, None)
+        before = _SET_HERE[0]
+        if before is None:
+            result.pop(POLARS_ALLOCATOR_VARIABLE, None)
+        else:
+            result[POLARS_ALLOCATOR_VARIABLE] = before
     return result
