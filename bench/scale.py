@@ -213,8 +213,8 @@ def _fmt_run(row: dict, key: str, ref: float | None, ref_name: str, size: int) -
     if r["killed_for_memory"]:
         return f"killed after {r['wall_s']:.0f} s: resident memory passed the cap"
     if r["returncode"] is None:
-        return f"> {r['wall_s']:.0f} s (timed out), peak RSS >= {r['peak_rss_mb']:.0f} MB"
-    text = f"{r['wall_s']:8.2f} s   peak RSS {r['peak_rss_mb']:6.0f} MB ({r['peak_rss_mb'] * 2**20 / size:.2f}x file)"
+        return f"> {r['wall_s']:.0f} s (timed out), peak RSS >= {r['peak_rss_mb']:.0f} MiB"
+    text = f"{r['wall_s']:8.2f} s   peak RSS {r['peak_rss_mb']:6.0f} MiB ({r['peak_rss_mb'] * 2**20 / size:.2f}x file)"
     if r["returncode"] != 0:
         return text + f"   FAILED (exit {r['returncode']}: {r.get('error', '')})"
     if ref:
@@ -258,8 +258,8 @@ def report(row: dict, analysis_name: str) -> str:
         budget = 300 + 1.5 * size / 2**20
         peak = row["cold"]["peak_rss_mb"]
         lines.append(
-            f"   {'cold peak RSS against its budget':<40}{peak:8.0f} MB of 300 MB + 1.5x file = "
-            f"{budget:.0f} MB ({peak / budget:.2f}x; goal <= 1x, issue 35)"
+            f"   {'cold peak RSS against its budget':<40}{peak:8.0f} MiB of 300 MiB + 1.5x file = "
+            f"{budget:.0f} MiB ({peak / budget:.2f}x; goal <= 1x, issue 35)"
         )
     if "cache_bytes" in row:
         lines.append(f"   {'cache size':<40}{row['cache_bytes'] / 1e6:8.0f} MB")

@@ -5,6 +5,7 @@ not asserted here."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -18,8 +19,6 @@ from tests.conftest import SAMPLE_TRACES
 
 
 def _python(code: str, **env: str) -> str:
-    import os
-
     base = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR_VARIABLE}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
