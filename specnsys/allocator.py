@@ -25,29 +25,33 @@ POLARS_ALLOCATOR_OPTIONS = "dirty_decay_ms:100,muzzy_decay_ms:0"
 #: is Polars's default, not the user's choice.
 POLARS_OWN_OPTIONS = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 
-_SET_HERE: list[str | None] = []
+#: The variable as this process was given it, read before Polars loaded (empty: not read).
+_GIVEN: list[str | None] = []
 
 
 def return_freed_memory() -> None:
     """Set :data:`POLARS_ALLOCATOR_OPTIONS` for this process and the workers it starts, unless
     the user set the variable (to anything but Polars's own default) or Polars is already
-    loaded (its allocator may have read it)."""
-    current = os.environ.get(POLARS_ALLOCATOR_VARIABLE)
-    if "polars" in sys.modules or current not in (None, "", POLARS_OWN_OPTIONS):
+    loaded (its allocator may have read it). Either way the given value is kept for
+    :func:`without_allocator_options`: Polars's import rewrites the variable too."""
+    if "polars" in sys.modules:
         return
-    os.environ[POLARS_ALLOCATOR_VARIABLE] = POLARS_ALLOCATOR_OPTIONS
-    _SET_HERE.append(current)
+    given = os.environ.get(POLARS_ALLOCATOR_VARIABLE)
+    _GIVEN[:] = [given]
+    if given in (None, "", POLARS_OWN_OPTIONS):
+        os.environ[POLARS_ALLOCATOR_VARIABLE] = POLARS_ALLOCATOR_OPTIONS
 
 
 def without_allocator_options(env: Mapping[str, str]) -> dict[str, str]:
-    """*env* with the variable as it was before :func:`return_freed_memory` set it (Polars's
-    own import appends to it meanwhile): a program that specnsys runs (``profile``) gets the
-    environment it was given."""
+    """*env* with the variable as this process was given it, where *env* holds this process's
+    own value (a caller's deliberate other value stays): a program that specnsys runs
+    (``profile``) gets the environment it was given, neither these options nor what Polars's
+    import wrote (it prepends its defaults to the variable)."""
     result = dict(env)
-    if _SET_HERE:
-        before = _SET_HERE[0]
-        if before is None:
+    if _GIVEN and result.get(POLARS_ALLOCATOR_VARIABLE) == os.environ.get(POLARS_ALLOCATOR_VARIABLE):
+        given = _GIVEN[0]
+        if given is None:
             result.pop(POLARS_ALLOCATOR_VARIABLE, None)
         else:
-            result[POLARS_ALLOCATOR_VARIABLE] = before
+            result[POLARS_ALLOCATOR_VARIABLE] = given
     return result

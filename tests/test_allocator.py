@@ -71,6 +71,22 @@ def test_polars_s_own_default_inherited_from_a_parent_is_not_the_users() -> None
     assert out == f"{POLARS_ALLOCATOR_OPTIONS} {POLARS_OWN_OPTIONS}"
 
 
+def test_a_profiled_program_gets_the_users_own_value_back_after_polars_rewrote_it() -> None:
+    """Polars's import prepends its defaults to the variable in this process's environment;
+    the program ``profile`` runs gets the user's value as given."""
+    out = _python(
+        f"""
+        import os
+        from specnsys.allocator import return_freed_memory, without_allocator_options
+        return_freed_memory()
+        import polars
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}] != "narenas:2", without_allocator_options(os.environ)[{POLARS_ALLOCATOR_VARIABLE!r}])
+        """,
+        **{POLARS_ALLOCATOR_VARIABLE: "narenas:2"},
+    )
+    assert out == "True narenas:2"
+
+
 def test_too_late_once_polars_is_loaded() -> None:
     out = _python(f"""
         import os, polars
