@@ -101,6 +101,36 @@ def test_work_queued_behind_another_is_a_dependency_gap(tmp_path: Path) -> None:
     assert json_doc(a.findings)["idle_by_phase"]["decode"]["dependency_ns"] == 8_000
 
 
+def test_overlapping_work_and_overlapping_syncs_split_exactly(tmp_path: Path) -> None:
+    """Overlapping kernels and overlapping queued work are merged before the sweep (one busy
+    island, one waiting island): the split must stay what each instant's state gives, and a
+    sync segment is named after the call in flight that started last."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    b.gpu(0)
+    b.start_end(0, 100_000, "request", pid=1, tid=1, domain_id=1)
+    b.push_pop(0, 100_000, "decode", pid=1, tid=1, domain_id=1)
+    # three launches whose kernels queue behind each other and overlap: busy [10, 40) us,
+    # something queued from 2 us (the first call returns) until 25 us (the last one starts)
+    for i, (k0, k1) in enumerate([(10_000, 20_000), (20_000, 30_000), (25_000, 40_000)]):
+        b.runtime(1_000 * (i + 1), 1_000 * (i + 2), "cudaLaunchKernel", 10 + i)
+        b.kernel(k0, k1, "gemm", 10 + i)
+    b.runtime(45_000, 60_000, "cudaStreamSynchronize", 20)
+    b.runtime(50_000, 70_000, "cudaDeviceSynchronize", 21)
+    a = specnsys.analyze(b.write(tmp_path / "overlap.sqlite"))
+    assert a.findings is not None
+    idle = json_doc(a.findings)["idle_by_phase"]["decode"]
+    assert idle == {
+        "idle_ns": 100_000 - 30_000,
+        "host_wait_ns": 2_000 + 5_000 + 30_000,  # [0, 2), [40, 45), [70, 100) us
+        "dependency_ns": 8_000,  # [2, 10) us: queued, nothing running
+        "sync_wait_ns": 25_000,  # [45, 70) us
+        "sync_calls": {"cudaDeviceSynchronize": 20_000, "cudaStreamSynchronize": 5_000},
+    }, idle
+
+
 def test_a_launch_storm_and_a_synchronous_copy(tmp_path: Path) -> None:
     b = NsysExportBuilder()
     b.process(1, "python3")

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from specnsys.attribution.context import attribution_context
+from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import OP_KIND, UNANNOTATED
 from specnsys.attribution.phase_map import lookup_phase
 from specnsys.metrics.events import Scope
@@ -208,20 +209,37 @@ def _idle_segments(
 ) -> pl.DataFrame:
     """Elementary segments ``t, len`` of the window where the GPU is idle, with ``cls``
     (dependency, sync or host), from one sorted sweep of every boundary: one lazy plan, so
-    that the millions of boundaries are not held once per step (the findings' peak memory
-    on the 2M-kernel bench export; docs/performance.md#attribution-and-metrics)."""
+    that the boundaries are not held once per step (the findings' peak memory on the
+    2M-kernel bench export; docs/performance.md#attribution-and-metrics).
+
+    The ops running and the ops submitted but not started are each merged into islands first
+    (one sort of both): only whether any op runs or waits matters, so a million back-to-back
+    kernels are one busy island, not two million boundaries. The synchronizing calls stay one
+    by one: a segment is named after the call in flight at its start."""
     # submitted (its launch call returned) but not started: it waits on something else
     lazy_ops = ops.lazy()
     pending = lazy_ops.filter(
         pl.col("api_end").is_not_null() & (pl.col("api_end") < pl.col("start"))
     )
+
+    def clipped(frame: pl.LazyFrame, s: str, e: str, which: int) -> pl.LazyFrame:
+        return frame.select(
+            pl.lit(which, pl.Int8).alias("which"),
+            pl.max_horizontal(pl.col(s), pl.lit(ws)).cast(_I64).alias("s"),
+            pl.min_horizontal(pl.col(e), pl.lit(we)).cast(_I64).alias("e"),
+        ).filter(pl.col("s") < pl.col("e"))
+
+    islands = islands_frame(
+        pl.concat([clipped(lazy_ops, "start", "end", 0), clipped(pending, "api_end", "start", 1)]),
+        "which",
+    ).lazy()
     inside = driver_times.filter((driver_times > ws) & (driver_times < we)).cast(_I64)
     marks = pl.concat([
         pl.DataFrame({"t": [ws, we]}, schema={"t": _I64}), inside.alias("t").to_frame()
     ]).lazy().with_columns(pl.lit(0, pl.Int8).alias(d) for d in ("db", "dp", "ds"))  # fmt: skip
     bounds = pl.concat([
-        _bounds(lazy_ops, "start", "end", "db", ws, we),
-        _bounds(pending, "api_end", "start", "dp", ws, we),
+        _bounds(islands.filter(pl.col("which") == 0), "a", "b", "db", ws, we),
+        _bounds(islands.filter(pl.col("which") == 1), "a", "b", "dp", ws, we),
         _bounds(syncs.lazy(), "start", "end", "ds", ws, we),
         marks,
     ])  # fmt: skip
@@ -302,12 +320,38 @@ def _finding(
     )  # fmt: skip
 
 
-def _op_phases(ops: pl.DataFrame, points: pl.DataFrame) -> pl.DataFrame:
-    """*ops* with the phase of their launching call (the innermost phase on its thread)."""
-    launched = ops.lazy().filter(pl.col("api_start").is_not_null())  # read in the lookup's plan
-    return lookup_phase(
-        launched.rename({"api_gtid": "gtid_"}), points, t="api_start", gtid="gtid_"
-    ).with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))
+#: Columns of :func:`_launched_summary`: per group of launched ops, their count and sums.
+LAUNCHED_GROUPS = ("phase", "kind", "api_name", "pageable", "short")
+
+
+def _launched_summary(
+    ops: pl.DataFrame, points: pl.DataFrame, window_of: tuple[int, int]
+) -> pl.DataFrame:
+    """The launched ops of *ops* (those with a launching call) grouped by
+    :data:`LAUNCHED_GROUPS`: the phase of their launching call (the innermost phase on its
+    thread), their kind and call name, whether they copy pageable memory and whether they ran
+    shorter than their launch call; with ``n`` (ops), ``api_ns`` (their calls' time in the
+    window), ``op_ns`` (their own time in the window) and ``bytes``.
+
+    Every finding below is a sum over such groups: the per-op frame is narrowed to what the
+    sums need before the phase look-up sorts it, and never held with its phase (a copy of
+    every op's columns: the findings' peak on the 2M-kernel bench export,
+    docs/performance.md#memory-of-an-analysis)."""
+    pageable = (pl.col("src") == "pageable") | (pl.col("dst") == "pageable")
+    narrow = ops.lazy().filter(pl.col("api_start").is_not_null()).select(
+        "api_start", pl.col("api_gtid").alias("gtid_"), "kind", "api_name",
+        pageable.fill_null(False).alias("pageable"),
+        ((pl.col("end") - pl.col("start")) < (pl.col("api_end") - pl.col("api_start")))
+        .fill_null(False).alias("short"),
+        _clipped("api_start", "api_end", window_of).alias("api_ns"),
+        _clipped("start", "end", window_of).alias("op_ns"),
+        "bytes",
+    )  # fmt: skip
+    phased = lookup_phase(narrow, points, t="api_start", gtid="gtid_")
+    return phased.group_by(LAUNCHED_GROUPS[0], *LAUNCHED_GROUPS[1:]).agg(
+        pl.len().alias("n"), pl.col("api_ns").sum(), pl.col("op_ns").sum(),
+        pl.col("bytes").sum(),
+    ).with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))  # fmt: skip
 
 
 def findings_of(trace: Trace, scope: Scope, figures: dict[str, dict[str, int]]) -> dict[str, object]:
@@ -325,10 +369,11 @@ def _findings(
     split, ops = idle_by_phase(trace, scope, index)
     floor = FLOOR * window
     found: list[Finding] = []
-    # each launched op's phase, looked up once for the three uses below
-    phased = _op_phases(ops, index.change_points)
-    launching = set(phased["phase"].unique().to_list())
-    del ops  # the phased copy serves from here
+    span = (scope.start_ns, scope.end_ns)
+    # each launched op's phase, looked up once and summed for the three uses below
+    launched = _launched_summary(ops, index.change_points, span)
+    launching = set(launched["phase"].unique().to_list())
+    del ops
     for phase, s in split.items():
         for name, ns in s.sync_calls.items():
             if ns >= floor:
@@ -346,9 +391,8 @@ def _findings(
                 "queued: launch-bound (fewer, larger or graph-captured launches)",
                 figures, window,
             ))  # fmt: skip
-    span = (scope.start_ns, scope.end_ns)
-    found += _copy_findings(phased, figures, span, floor)
-    found += _storm_findings(phased, figures, span, floor)
+    found += _copy_findings(launched, figures, window, floor)
+    found += _storm_findings(launched, figures, window, floor)
     found.sort(key=lambda f: (-f.time_ns, f.kind, f.phase))
     return {
         "idle_by_phase": {p: to_dict(s) for p, s in split.items()},
@@ -367,12 +411,10 @@ def _clipped(s: str, e: str, window_of: tuple[int, int]) -> pl.Expr:
 
 
 def _copy_findings(
-    phased: pl.DataFrame, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
-    floor: float,
+    launched: pl.DataFrame, figures: dict[str, dict[str, int]], window: int, floor: float,
 ) -> list[Finding]:  # fmt: skip
-    """The copy findings, from the launched ops with their phase (:func:`_op_phases`)."""
-    window = window_of[1] - window_of[0]
-    copies = phased.filter(pl.col("kind") == "memcpy")
+    """The copy findings, from the launched ops' sums (:func:`_launched_summary`)."""
+    copies = launched.filter(pl.col("kind") == "memcpy")
     out = []
     sync = (
         copies.filter(
@@ -380,7 +422,7 @@ def _copy_findings(
             & ~pl.col("api_name").cast(pl.String).str.contains(ASYNC_PATTERN)
         )
         .group_by("phase", "api_name")
-        .agg(pl.len().alias("n"), _clipped("api_start", "api_end", window_of).sum().alias("ns"))
+        .agg(pl.col("n").sum(), pl.col("api_ns").sum().alias("ns"))
     )
     for phase, name, n, ns in sync.iter_rows():
         if ns >= floor:
@@ -391,11 +433,10 @@ def _copy_findings(
                 figures, window,
             ))  # fmt: skip
     pageable = (
-        copies.filter((pl.col("src") == "pageable") | (pl.col("dst") == "pageable"))
+        copies.filter(pl.col("pageable"))
         .group_by("phase")
-        .agg(pl.len().alias("n"), _clipped("start", "end", window_of).sum().alias("ns"),
-             pl.col("bytes").sum().alias("bytes"))
-    )  # fmt: skip
+        .agg(pl.col("n").sum(), pl.col("op_ns").sum().alias("ns"), pl.col("bytes").sum())
+    )
     for phase, n, ns, nbytes in pageable.iter_rows():
         if ns >= floor:
             out.append(_finding(
@@ -408,22 +449,19 @@ def _copy_findings(
 
 
 def _storm_findings(
-    phased: pl.DataFrame, figures: dict[str, dict[str, int]], window_of: tuple[int, int],
-    floor: float,
+    launched: pl.DataFrame, figures: dict[str, dict[str, int]], window: int, floor: float,
 ) -> list[Finding]:  # fmt: skip
-    """The launch storms, from the launched ops with their phase (:func:`_op_phases`)."""
-    window = window_of[1] - window_of[0]
-    # a few distinct call names over millions of ops: the regex runs on each name once
-    names = phased["api_name"].unique().drop_nulls().cast(pl.String)
+    """The launch storms, from the launched ops' sums (:func:`_launched_summary`)."""
+    # a few distinct call names: the regex runs on each name once
+    names = launched["api_name"].unique().drop_nulls().cast(pl.String)
     launches = names.filter(names.str.contains(LAUNCH_NAME_PATTERN))
-    kernels = phased.filter(
+    kernels = launched.filter(
         (pl.col("kind") == "kernel") & pl.col("api_name").is_in(launches.implode())
     )
-    short = (pl.col("end") - pl.col("start")) < (pl.col("api_end") - pl.col("api_start"))
     storms = kernels.group_by("phase").agg(
-        pl.len().alias("kernels"),
-        short.sum().alias("short"),
-        _clipped("api_start", "api_end", window_of).filter(short).sum().alias("launch_ns"),
+        pl.col("n").sum().alias("kernels"),
+        pl.col("n").filter(pl.col("short")).sum().alias("short"),
+        pl.col("api_ns").filter(pl.col("short")).sum().alias("launch_ns"),
     )
     out = []
     for phase, total, n, ns in storms.iter_rows():
