@@ -72,7 +72,7 @@ def test_an_analysis_without_a_context_reads_the_phase_ranges_once(
     import specnsys.metrics.steps as steps
 
     reads: list[str] = []
-    real_ranges, real_sql = phase_map.phase_ranges, steps.phase_ranges_sql
+    real_ranges, real_sql = phase_map.phase_ranges, phase_map.phase_ranges_sql
 
     def counted_ranges(*args: object, **kwargs: object) -> object:
         reads.append("phase_ranges")
