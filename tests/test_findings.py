@@ -10,6 +10,7 @@ exact time; a trace without the causes has none.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,3 +222,75 @@ def test_a_run_without_phase_ranges_finds_its_idle_time_without_a_warning(tmp_pa
         a = specnsys.analyze(path, rules="specnsys")
     assert a.findings is not None
     assert set(json_doc(a.findings)["idle_by_phase"]) <= {"unannotated"}
+
+
+def _many_steps() -> NsysExportBuilder:
+    """Eight steps of the causes above, shifted in time, with work queued across a step
+    boundary and a sync call that spans two steps: what chunking must not split wrongly."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    b.gpu(0)
+    steps = 8
+    b.start_end(0, steps * WINDOW, "request", pid=1, tid=1, domain_id=1)
+    corr = 100
+    for k in range(steps):
+        t0 = k * WINDOW
+
+        def pp(s: int, e: int, name: str, t0: int = t0) -> None:
+            b.push_pop(t0 + s, t0 + e, name, pid=1, tid=1, domain_id=1)
+
+        pp(0, WINDOW, "decode")
+        pp(0, 40_000, "draft")
+        for i in range(10):
+            t = t0 + 2_000 + i * 3_800
+            b.runtime(t, t + 1_000, "cudaLaunchKernel", corr)
+            b.kernel(t + 1_000 + 300 * (i % 3), t + 2_500 + 300 * (i % 3), "draft_gemv", corr)
+            corr += 1
+        pp(40_000, 60_000, "sample")
+        b.runtime(t0 + 40_000, t0 + 40_500, "cudaLaunchKernel", corr)
+        b.kernel(t0 + 40_500, t0 + 45_000, "topk", corr)
+        b.runtime(t0 + 40_600, t0 + 59_000, "cudaStreamSynchronize", corr + 1)
+        b.runtime(t0 + 50_000, t0 + 55_000, "cudaDeviceSynchronize", corr + 2)
+        corr += 3
+        pp(60_000, 80_000, "kv")
+        b.runtime(t0 + 60_500, t0 + 61_000, "cudaMemcpyAsync", corr)
+        b.memcpy(t0 + 61_000, t0 + 72_000, 4 << 20, corr, src_kind=0, dst_kind=2)
+        corr += 1
+        # launched at the end of kv, it runs only in the next step's draft: queued across
+        b.runtime(t0 + 95_000, t0 + 96_000, "cudaLaunchKernel", corr)
+        b.kernel(t0 + WINDOW + 500, t0 + WINDOW + 1_500, "late", corr)
+        corr += 1
+    # a sync call in flight across the boundary of steps 3 and 4
+    b.runtime(3 * WINDOW + 85_000, 4 * WINDOW + 1_800, "cudaStreamSynchronize", corr)
+    return b
+
+
+def test_the_findings_are_the_same_in_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idle sweep runs chunk by chunk (cut at the driver's change points) and the
+    launched ops are summed slice by slice, so that a large trace's findings need a chunk's
+    memory; a chunk of a few islands must give exactly the findings of one chunk."""
+    import specnsys.metrics.findings as findings
+
+    path = _many_steps().write(tmp_path / "steps.sqlite")
+    whole = json_doc(specnsys.analyze(path, use_cache=False).findings)
+    monkeypatch.setattr(findings, "SWEEP_CHUNK", 3)
+    monkeypatch.setattr(findings, "SUMMARY_CHUNK", 5)
+    chunks = []
+    real = findings._sweep
+
+    def counted(*args: Any) -> Any:
+        chunks.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(findings, "_sweep", counted)
+    chunked = json_doc(specnsys.analyze(path, use_cache=False).findings)
+    assert len(chunks) > 8, chunks  # the sweep was cut, more than once per step
+    assert chunked == whole
+    idle = whole["idle_by_phase"]
+    assert idle["sample"]["sync_calls"]["cudaDeviceSynchronize"] == 8 * 5_000
+    assert idle["draft"]["dependency_ns"] > 0  # the late kernels queued into the draft
+    assert {f["kind"] for f in whole["findings"]} >= {"sync_wait", "pageable_memcpy"}

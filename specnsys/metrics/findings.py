@@ -33,6 +33,7 @@ speedup if that time went away (``W / (W - x)``), listed when they are at least
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -127,16 +128,18 @@ def _ops(trace: Trace, scope: Scope) -> pl.DataFrame:
         part("memset", "memset", none, none, pl.col("bytes")),
         part("graphs", "graph", none, none, pl.lit(None, _I64)),
     ])  # fmt: skip
-    return ops.join(_launch_calls(trace, mine).lazy(), on="c", how="left").select(
+    # Streamed, the calls read lazily: the join never holds the op parts, the calls and its
+    # output whole at once (3.4-3.7 GB at 20M kernels with both sides collected, 2.6 GB so).
+    return ops.join(_launch_calls(trace, mine), on="c", how="left").select(
         "kind", "start", "end", "src", "dst", "bytes",
         "api_start", "api_end", "api_name", "api_gtid",
-    ).collect()  # fmt: skip
+    ).collect(engine="streaming")  # fmt: skip
 
 
-def _launch_calls(trace: Trace, mine: pl.Expr) -> pl.DataFrame:
+def _launch_calls(trace: Trace, mine: pl.Expr) -> pl.LazyFrame:
     """Per correlation id ``c`` of the process's API calls: the earliest call's start, and
     the end, name and thread of its earliest call that has one (SQL's ``min`` and
-    ``arg_min``, which skip NULLs)."""
+    ``arg_min``, which skip NULLs); lazy, to be read in its join's plan."""
     calls = (
         trace.table("runtime")
         .filter(
@@ -153,9 +156,9 @@ def _launch_calls(trace: Trace, mine: pl.Expr) -> pl.DataFrame:
             pl.col("name").cast(pl.Categorical).alias("api_name"),
             pl.col("global_tid").cast(_I64).alias("api_gtid"),
         )
-        .collect()
     )
-    if calls["c"].n_unique() == calls.height:  # one call per id (the usual): nothing to pick
+    ids, rows = calls.select(pl.col("c").n_unique(), pl.len()).collect().row(0)
+    if ids == rows:  # one call per id (the usual): nothing to pick
         return calls
     return calls.group_by("c").agg(
         pl.col("api_start").min(),
@@ -190,6 +193,10 @@ def _sync_calls(trace: Trace, scope: Scope) -> pl.DataFrame:
     )  # fmt: skip
 
 
+#: The sweep's running counts: ops running, ops queued, syncs in flight.
+_DELTAS = ("db", "dp", "ds")
+
+
 def _bounds(frame: pl.LazyFrame, s: str, e: str, delta: str, ws: int, we: int) -> pl.LazyFrame:
     """+1 at each interval's start and -1 at its end, in column *delta* (clipped to the
     window; empty intervals dropped)."""
@@ -197,25 +204,33 @@ def _bounds(frame: pl.LazyFrame, s: str, e: str, delta: str, ws: int, we: int) -
         pl.max_horizontal(pl.col(s), pl.lit(ws)).cast(_I64).alias("a"),
         pl.min_horizontal(pl.col(e), pl.lit(we)).cast(_I64).alias("b"),
     ).filter(pl.col("a") < pl.col("b"))
-    zero = {d: pl.lit(0, pl.Int8) for d in ("db", "dp", "ds") if d != delta}
+    zero = {d: pl.lit(0, pl.Int8) for d in _DELTAS if d != delta}
     return pl.concat([
         clipped.select(pl.col("a").alias("t"), pl.lit(1, pl.Int8).alias(delta), **zero),
         clipped.select(pl.col("b").alias("t"), pl.lit(-1, pl.Int8).alias(delta), **zero),
-    ]).select("t", "db", "dp", "ds")  # fmt: skip
+    ]).select("t", *_DELTAS, pl.lit(None, _I64).alias("tm"))  # fmt: skip
 
 
 def _idle_segments(
     ops: pl.DataFrame, syncs: pl.DataFrame, driver_times: pl.Series, ws: int, we: int
-) -> pl.DataFrame:
-    """Elementary segments ``t, len`` of the window where the GPU is idle, with ``cls``
-    (dependency, sync or host), from one sorted sweep of every boundary: one lazy plan, so
-    that the boundaries are not held once per step (the findings' peak memory on the
-    2M-kernel bench export; docs/performance.md#attribution-and-metrics).
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The window's GPU idle time, swept boundary by boundary: per span between two of the
+    driver's change points (``span``: the time of the one that opens it) and per ``cls``
+    (dependency, sync or host), the idle ``len`` and its first instant ``t``; and every sync
+    segment (``t, len, span``), to be named after its call.
+
+    The phase is constant inside a span (every change point of the driver inside the window
+    is a mark, and a range's end is one), so the phase is looked up once per span, not once
+    per segment (2.5M idle segments on the 2M-kernel bench export).
 
     The ops running and the ops submitted but not started are each merged into islands first
     (one sort of both): only whether any op runs or waits matters, so a million back-to-back
     kernels are one busy island, not two million boundaries. The synchronizing calls stay one
-    by one: a segment is named after the call in flight at its start."""
+    by one: a segment is named after the call in flight at its start. The sweep then runs
+    chunk by chunk of :data:`SWEEP_CHUNK` islands, cut at the driver's change points: no
+    segment crosses a cut, so the chunks' rows are the whole sweep's, and its memory is a
+    chunk's, not the trace's (the peak of the 20M-kernel analysis;
+    docs/performance.md#memory-of-an-analysis)."""
     # submitted (its launch call returned) but not started: it waits on something else
     lazy_ops = ops.lazy()
     pending = lazy_ops.filter(
@@ -232,32 +247,97 @@ def _idle_segments(
     islands = islands_frame(
         pl.concat([clipped(lazy_ops, "start", "end", 0), clipped(pending, "api_end", "start", 1)]),
         "which",
-    ).lazy()
+    )
+    busy, queued = (
+        islands.filter(pl.col("which") == w).select("a", "b").sort("a") for w in (0, 1)
+    )
+    del islands
     inside = driver_times.filter((driver_times > ws) & (driver_times < we)).cast(_I64)
-    marks = pl.concat([
-        pl.DataFrame({"t": [ws, we]}, schema={"t": _I64}), inside.alias("t").to_frame()
-    ]).lazy().with_columns(pl.lit(0, pl.Int8).alias(d) for d in ("db", "dp", "ds"))  # fmt: skip
+    marks = pl.concat([pl.Series([ws], dtype=_I64), inside.unique().sort()])
+    parts = [
+        _sweep(
+            (c0, c1),
+            [_overlapping(busy, c0, c1), _overlapping(queued, c0, c1)],
+            syncs.lazy().filter((pl.col("start") < c1) & (pl.col("end") > c0)),
+            marks.filter((marks >= c0) & (marks < c1)),
+        )
+        for c0, c1 in itertools.pairwise(_cuts(busy["a"], marks, we))
+    ]
+    return pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts])
+
+
+#: Busy islands per chunk of the idle sweep (see :func:`_idle_segments`).
+SWEEP_CHUNK = 1_000_000
+
+
+def _cuts(starts: pl.Series, marks: pl.Series, we: int) -> list[int]:
+    """The chunks' bounds: the window's start (the first mark), then the first mark at or
+    after every :data:`SWEEP_CHUNK`-th island start, then the window's end."""
+    cuts = [int(marks[0])]
+    for i in range(SWEEP_CHUNK, starts.len(), SWEEP_CHUNK):
+        at = int(marks.search_sorted(starts[i], side="left"))
+        if at < marks.len() and int(marks[at]) > cuts[-1]:
+            cuts.append(int(marks[at]))
+    return [*cuts, we]
+
+
+def _overlapping(islands: pl.DataFrame, c0: int, c1: int) -> pl.LazyFrame:
+    """The islands (``a, b``, disjoint, by ``a``) overlapping ``[c0, c1)``: a slice, the one
+    that opened before ``c0`` included."""
+    first = max(int(islands["a"].search_sorted(c0, side="left")) - 1, 0)
+    last = int(islands["a"].search_sorted(c1, side="left"))
+    return islands.slice(first, max(last - first, 0)).lazy()
+
+
+def _sweep(
+    chunk: tuple[int, int], islands: list[pl.LazyFrame], syncs: pl.LazyFrame,
+    marks: pl.Series,
+) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
+    """:func:`_idle_segments`'s two frames for one chunk ``[c0, c1)`` (its first mark at
+    ``c0``): busy and queued *islands*, the *syncs* and the driver's *marks* in it."""
+    c0, c1 = chunk
+    mark_rows = marks.cast(_I64).alias("t").to_frame().lazy().with_columns(
+        *(pl.lit(0, pl.Int8).alias(d) for d in _DELTAS), pl.col("t").alias("tm")
+    )  # fmt: skip
+    end = pl.DataFrame({"t": [c1]}, schema={"t": _I64}).lazy().with_columns(
+        *(pl.lit(0, pl.Int8).alias(d) for d in _DELTAS), pl.lit(None, _I64).alias("tm")
+    )  # fmt: skip
+    busy, queued = islands
     bounds = pl.concat([
-        _bounds(islands.filter(pl.col("which") == 0), "a", "b", "db", ws, we),
-        _bounds(islands.filter(pl.col("which") == 1), "a", "b", "dp", ws, we),
-        _bounds(syncs.lazy(), "start", "end", "ds", ws, we),
-        marks,
+        _bounds(busy, "a", "b", "db", c0, c1),
+        _bounds(queued, "a", "b", "dp", c0, c1),
+        _bounds(syncs, "start", "end", "ds", c0, c1),
+        mark_rows,
+        end,
     ])  # fmt: skip
     last = (pl.col("t") != pl.col("t").shift(-1)).fill_null(True)
     seg = (
         bounds.sort("t")
-        .with_columns(pl.col(d).cum_sum() for d in ("db", "dp", "ds"))
+        .with_columns(*(pl.col(d).cum_sum() for d in _DELTAS), pl.col("tm").forward_fill())
         .filter(last)
         .with_columns((pl.col("t").shift(-1) - pl.col("t")).fill_null(0).alias("len"))
-        .filter((pl.col("len") > 0) & (pl.col("db") == 0) & (pl.col("t") >= ws) & (pl.col("t") < we))
-    )
-    return seg.select(
-        "t",
-        "len",
-        pl.when(pl.col("dp") > 0).then(pl.lit("dependency"))
-        .when(pl.col("ds") > 0).then(pl.lit("sync"))
-        .otherwise(pl.lit("host")).alias("cls"),
-    ).collect()  # fmt: skip
+        .filter((pl.col("len") > 0) & (pl.col("db") == 0) & (pl.col("t") >= c0) & (pl.col("t") < c1))
+        .select(
+            "t", "len", pl.col("tm").set_sorted().alias("span"),
+            # a code per segment (strings on a million rows cost more than the sweep)
+            pl.when(pl.col("dp") > 0).then(pl.lit(_DEPENDENCY, pl.Int8))
+            .when(pl.col("ds") > 0).then(pl.lit(_SYNC, pl.Int8))
+            .otherwise(pl.lit(_HOST, pl.Int8)).alias("cls"),
+        )
+        .collect()
+    )  # fmt: skip
+    # by span (sorted: the sweep runs in time order), each class's time a column of its own
+    per_span = seg.group_by("span", maintain_order=True).agg(
+        pl.col("t").min(),
+        *(pl.col("len").filter(pl.col("cls") == code).sum().alias(name)
+          for code, name in _CLASSES.items()),
+    )  # fmt: skip
+    return per_span, seg.filter(pl.col("cls") == _SYNC).select("t", "len", "span")
+
+
+#: The idle classes' codes in the sweep, and their names.
+_HOST, _SYNC, _DEPENDENCY = 0, 1, 2
+_CLASSES = {_HOST: "host", _SYNC: "sync", _DEPENDENCY: "dependency"}
 
 
 def idle_by_phase(
@@ -273,19 +353,22 @@ def idle_by_phase(
         if scope.driver_gtid is None
         else index.change_points.filter(pl.col("gtid") == scope.driver_gtid)
     )
-    seg = _idle_segments(ops, syncs, points["t"], scope.start_ns, scope.end_ns)
-    seg = lookup_phase(seg, points, t="t", gtid=None).with_columns(
+    spans, sync_segments = _idle_segments(ops, syncs, points["t"], scope.start_ns, scope.end_ns)
+    spans = lookup_phase(spans, points, t="t", gtid=None).with_columns(
         pl.col("phase").cast(pl.String).fill_null(UNANNOTATED)
     )
-    named = seg.filter(pl.col("cls") == "sync").sort("t").join_asof(
+    named = sync_segments.sort("t").join_asof(
         syncs.select(pl.col("start").cast(_I64), pl.col("end").alias("_until"), "name").sort("start"),
         left_on="t", right_on="start", strategy="backward",
-    ).filter(pl.col("t") < pl.col("_until"))  # fmt: skip
+    ).filter(pl.col("t") < pl.col("_until")).join(
+        spans.select("span", "phase").unique("span"), on="span", how="left"
+    )  # fmt: skip
     by_call = named.group_by("phase", "name").agg(pl.col("len").sum())
-    totals = seg.group_by("phase", "cls").agg(pl.col("len").sum())
+    totals = spans.group_by("phase").agg(pl.col(name).sum() for name in _CLASSES.values())
     split: dict[str, IdleSplit] = {}
-    for phase in sorted(totals["phase"].unique().to_list()):
-        mine = dict(totals.filter(pl.col("phase") == phase).select("cls", "len").iter_rows())
+    for row in totals.sort("phase").iter_rows(named=True):
+        phase = row["phase"]
+        mine = {name: row[name] for name in _CLASSES.values() if row[name]}
         calls = by_call.filter(pl.col("phase") == phase).sort("len", descending=True)
         split[phase] = IdleSplit(
             idle_ns=int(sum(mine.values())),
@@ -338,20 +421,36 @@ def _launched_summary(
     every op's columns: the findings' peak on the 2M-kernel bench export,
     docs/performance.md#memory-of-an-analysis)."""
     pageable = (pl.col("src") == "pageable") | (pl.col("dst") == "pageable")
-    narrow = ops.lazy().filter(pl.col("api_start").is_not_null()).select(
-        "api_start", pl.col("api_gtid").alias("gtid_"), "kind", "api_name",
-        pageable.fill_null(False).alias("pageable"),
-        ((pl.col("end") - pl.col("start")) < (pl.col("api_end") - pl.col("api_start")))
-        .fill_null(False).alias("short"),
-        _clipped("api_start", "api_end", window_of).alias("api_ns"),
-        _clipped("start", "end", window_of).alias("op_ns"),
-        "bytes",
-    )  # fmt: skip
-    phased = lookup_phase(narrow, points, t="api_start", gtid="gtid_")
-    return phased.group_by(LAUNCHED_GROUPS[0], *LAUNCHED_GROUPS[1:]).agg(
-        pl.len().alias("n"), pl.col("api_ns").sum(), pl.col("op_ns").sum(),
-        pl.col("bytes").sum(),
-    ).with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))  # fmt: skip
+    sums = ("n", "api_ns", "op_ns", "bytes")
+    parts = []
+    # A slice of the ops at a time: the look-up sorts and joins its rows, and a slice's copies
+    # are what is held, not the trace's (the sums add up across slices).
+    for offset in range(0, max(ops.height, 1), SUMMARY_CHUNK):
+        narrow = ops.slice(offset, SUMMARY_CHUNK).lazy().filter(
+            pl.col("api_start").is_not_null()
+        ).select(
+            "api_start", pl.col("api_gtid").alias("gtid_"), "kind", "api_name",
+            pageable.fill_null(False).alias("pageable"),
+            ((pl.col("end") - pl.col("start")) < (pl.col("api_end") - pl.col("api_start")))
+            .fill_null(False).alias("short"),
+            _clipped("api_start", "api_end", window_of).alias("api_ns"),
+            _clipped("start", "end", window_of).alias("op_ns"),
+            "bytes",
+        )  # fmt: skip
+        phased = lookup_phase(narrow, points, t="api_start", gtid="gtid_")
+        parts.append(phased.group_by(LAUNCHED_GROUPS).agg(
+            pl.len().alias("n"), *(pl.col(c).sum() for c in sums[1:])
+        ))  # fmt: skip
+    return (
+        pl.concat(parts)
+        .with_columns(pl.col("phase").cast(pl.String).fill_null(UNANNOTATED))
+        .group_by(LAUNCHED_GROUPS)
+        .agg(pl.col(c).sum() for c in sums)
+    )
+
+
+#: Ops per slice of :func:`_launched_summary`.
+SUMMARY_CHUNK = 2_000_000
 
 
 def findings_of(trace: Trace, scope: Scope, figures: dict[str, dict[str, int]]) -> dict[str, object]:
