@@ -112,26 +112,26 @@ def _ops(trace: Trace, scope: Scope) -> pl.DataFrame:
     in_window = (pl.col("end") > ws) & (pl.col("start") < we) & (pl.col("end") > pl.col("start"))
     # Millions of rows: the kind and the names are categorical (a few bytes a row, where a
     # string column costs 16 even when NULL); the ops' own names are not read.
-    none = pl.lit(None, pl.Categorical)
 
-    def part(table: str, kind: str, src: pl.Expr, dst: pl.Expr, nbytes: pl.Expr) -> pl.LazyFrame:
+    def part(table: str, kind: str, pageable: pl.Expr, nbytes: pl.Expr) -> pl.LazyFrame:
         return trace.table(table).filter(mine & in_window).select(
             pl.lit(kind, OP_KIND).alias("kind"), pl.col("start").cast(_I64),
             pl.col("end").cast(_I64), pl.col("correlation_id").cast(_I64).alias("c"),
-            src.cast(pl.Categorical).alias("src"), dst.cast(pl.Categorical).alias("dst"),
-            nbytes.cast(_I64).alias("bytes"),
+            pageable.fill_null(False).alias("pageable"), nbytes.cast(_I64).alias("bytes"),
         )  # fmt: skip
 
+    # a copy from or to pageable host memory: one flag, not the two memory kinds per op
+    pageable = (pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")
     ops = pl.concat([
-        part("kernels", "kernel", none, none, pl.lit(None, _I64)),
-        part("memcpy", "memcpy", pl.col("src_kind"), pl.col("dst_kind"), pl.col("bytes")),
-        part("memset", "memset", none, none, pl.col("bytes")),
-        part("graphs", "graph", none, none, pl.lit(None, _I64)),
+        part("kernels", "kernel", pl.lit(False), pl.lit(None, _I64)),
+        part("memcpy", "memcpy", pageable, pl.col("bytes")),
+        part("memset", "memset", pl.lit(False), pl.col("bytes")),
+        part("graphs", "graph", pl.lit(False), pl.lit(None, _I64)),
     ])  # fmt: skip
     # Streamed, the calls read lazily: the join never holds the op parts, the calls and its
     # output whole at once (3.4-3.7 GB at 20M kernels with both sides collected, 2.6 GB so).
     return ops.join(_launch_calls(trace, mine), on="c", how="left").select(
-        "kind", "start", "end", "src", "dst", "bytes",
+        "kind", "start", "end", "pageable", "bytes",
         "api_start", "api_end", "api_name", "api_gtid",
     ).collect(engine="streaming")  # fmt: skip
 
@@ -223,8 +223,7 @@ def _idle_segments(
     is a mark, and a range's end is one), so the phase is looked up once per span, not once
     per segment (2.5M idle segments on the 2M-kernel bench export).
 
-    The ops running and the ops submitted but not started are each merged into islands first
-    (one sort of both): only whether any op runs or waits matters, so a million back-to-back
+    The ops running and the ops submitted but not started are each merged into islands first: only whether any op runs or waits matters, so a million back-to-back
     kernels are one busy island, not two million boundaries. The synchronizing calls stay one
     by one: a segment is named after the call in flight at its start. The sweep then runs
     chunk by chunk of :data:`SWEEP_CHUNK` islands, cut at the driver's change points: no
@@ -244,14 +243,11 @@ def _idle_segments(
             pl.min_horizontal(pl.col(e), pl.lit(we)).cast(_I64).alias("e"),
         ).filter(pl.col("s") < pl.col("e"))
 
-    islands = islands_frame(
-        pl.concat([clipped(lazy_ops, "start", "end", 0), clipped(pending, "api_end", "start", 1)]),
-        "which",
-    )
+    # one kind at a time: a sort of the running ops, then one of the queued ones
     busy, queued = (
-        islands.filter(pl.col("which") == w).select("a", "b").sort("a") for w in (0, 1)
+        islands_frame(clipped(intervals, s, e, w), "which").select("a", "b").sort("a")
+        for intervals, s, e, w in ((lazy_ops, "start", "end", 0), (pending, "api_end", "start", 1))
     )
-    del islands
     inside = driver_times.filter((driver_times > ws) & (driver_times < we)).cast(_I64)
     marks = pl.concat([pl.Series([ws], dtype=_I64), inside.unique().sort()])
     parts = [
@@ -341,10 +337,10 @@ _CLASSES = {_HOST: "host", _SYNC: "sync", _DEPENDENCY: "dependency"}
 
 
 def idle_by_phase(
-    trace: Trace, scope: Scope, index: PhaseIndex
-) -> tuple[dict[str, IdleSplit], pl.DataFrame]:
-    """Per phase, its GPU idle time split by cause (module docs), and the process's ops."""
-    ops = _ops(trace, scope)
+    trace: Trace, scope: Scope, index: PhaseIndex, ops: pl.DataFrame
+) -> dict[str, IdleSplit]:
+    """Per phase, its GPU idle time split by cause (module docs), from the process's *ops*
+    (:func:`_ops`'s ``start, end, api_end``)."""
     syncs = _sync_calls(trace, scope)
     # no driver thread (a trace without phase ranges): no change point, all idle time is
     # unannotated (a comparison with None would select the same nothing, with a warning)
@@ -369,7 +365,10 @@ def idle_by_phase(
     for row in totals.sort("phase").iter_rows(named=True):
         phase = row["phase"]
         mine = {name: row[name] for name in _CLASSES.values() if row[name]}
-        calls = by_call.filter(pl.col("phase") == phase).sort("len", descending=True)
+        # largest first, equal times by name: the same order on every run
+        calls = by_call.filter(pl.col("phase") == phase).sort(
+            ["len", "name"], descending=[True, False]
+        )
         split[phase] = IdleSplit(
             idle_ns=int(sum(mine.values())),
             host_wait_ns=int(mine.get("host", 0)),
@@ -377,7 +376,7 @@ def idle_by_phase(
             dependency_ns=int(mine.get("dependency", 0)),
             sync_calls={str(n): int(v) for n, v in calls.select("name", "len").iter_rows()},
         )
-    return split, ops
+    return split
 
 
 #: Which figure of its phase each kind of finding is a share of (see :class:`Finding`).
@@ -420,7 +419,6 @@ def _launched_summary(
     sums need before the phase look-up sorts it, and never held with its phase (a copy of
     every op's columns: the findings' peak on the 2M-kernel bench export,
     docs/performance.md#memory-of-an-analysis)."""
-    pageable = (pl.col("src") == "pageable") | (pl.col("dst") == "pageable")
     sums = ("n", "api_ns", "op_ns", "bytes")
     parts = []
     # A slice of the ops at a time: the look-up sorts and joins its rows, and a slice's copies
@@ -430,7 +428,7 @@ def _launched_summary(
             pl.col("api_start").is_not_null()
         ).select(
             "api_start", pl.col("api_gtid").alias("gtid_"), "kind", "api_name",
-            pageable.fill_null(False).alias("pageable"),
+            "pageable",
             ((pl.col("end") - pl.col("start")) < (pl.col("api_end") - pl.col("api_start")))
             .fill_null(False).alias("short"),
             _clipped("api_start", "api_end", window_of).alias("api_ns"),
@@ -465,14 +463,17 @@ def _findings(
     trace: Trace, scope: Scope, index: PhaseIndex, figures: dict[str, dict[str, int]]
 ) -> dict[str, object]:
     window = scope.end_ns - scope.start_ns
-    split, ops = idle_by_phase(trace, scope, index)
-    floor = FLOOR * window
-    found: list[Finding] = []
     span = (scope.start_ns, scope.end_ns)
-    # each launched op's phase, looked up once and summed for the three uses below
+    ops = _ops(trace, scope)
+    # each launched op's phase, looked up once and summed for the three uses below; then
+    # the idle sweep holds only the three columns it reads (a third of the ops' memory)
     launched = _launched_summary(ops, index.change_points, span)
     launching = set(launched["phase"].unique().to_list())
+    ops = ops.select("start", "end", "api_end")
+    split = idle_by_phase(trace, scope, index, ops)
     del ops
+    floor = FLOOR * window
+    found: list[Finding] = []
     for phase, s in split.items():
         for name, ns in s.sync_calls.items():
             if ns >= floor:
@@ -492,7 +493,7 @@ def _findings(
             ))  # fmt: skip
     found += _copy_findings(launched, figures, window, floor)
     found += _storm_findings(launched, figures, window, floor)
-    found.sort(key=lambda f: (-f.time_ns, f.kind, f.phase))
+    found.sort(key=lambda f: (-f.time_ns, f.kind, f.phase, f.what or ""))
     return {
         "idle_by_phase": {p: to_dict(s) for p, s in split.items()},
         "findings": [to_dict(f) for f in found],
