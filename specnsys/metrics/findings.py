@@ -448,7 +448,7 @@ def _launched_summary(
 
 
 #: Ops per slice of :func:`_launched_summary`.
-SUMMARY_CHUNK = 2_000_000
+SUMMARY_CHUNK = 1_000_000
 
 
 def findings_of(trace: Trace, scope: Scope, figures: dict[str, dict[str, int]]) -> dict[str, object]:
