@@ -546,6 +546,7 @@ def analyze_trace(
     stored = trace.load_derived("analysis", key)
     # itself read back when stored
     b = exclusive_phase_times(trace, pid=pid, window=spec, rules=given, context=context)
+    context.release_lean_runtime()  # the breakdown was its only reader (see the method)
     if stored is not None:
         return _noted(Analysis(**{**stored, "path": path}, breakdown=b), note)
     try:
