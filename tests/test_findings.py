@@ -232,6 +232,7 @@ def _many_steps() -> NsysExportBuilder:
     b.thread(1, 1, "main")
     b.domain(1, "specnsys", pid=1, tid=1)
     b.gpu(0)
+    b.thread(1, 2, "loader")  # a second thread with phase ranges and launches of its own
     steps = 8
     b.start_end(0, steps * WINDOW, "request", pid=1, tid=1, domain_id=1)
     corr = 100
@@ -257,6 +258,10 @@ def _many_steps() -> NsysExportBuilder:
         pp(60_000, 80_000, "kv")
         b.runtime(t0 + 60_500, t0 + 61_000, "cudaMemcpyAsync", corr)
         b.memcpy(t0 + 61_000, t0 + 72_000, 4 << 20, corr, src_kind=0, dst_kind=2)
+        corr += 1
+        b.push_pop(t0 + 62_000, t0 + 78_000, "kv", pid=1, tid=2, domain_id=1)
+        b.runtime(t0 + 63_000, t0 + 63_500, "cudaMemcpy", corr, tid=2)
+        b.memcpy(t0 + 64_000, t0 + 66_000, 1 << 20, corr, src_kind=0, dst_kind=2)
         corr += 1
         # launched at the end of kv, it runs only in the next step's draft: queued across
         b.runtime(t0 + 95_000, t0 + 96_000, "cudaLaunchKernel", corr)
@@ -303,3 +308,6 @@ def test_the_findings_are_the_same_in_chunks(
     ], whole["findings"]  # fmt: skip
     assert idle["draft"]["dependency_ns"] > 0  # the late kernels queued into the draft
     assert {f["kind"] for f in whole["findings"]} >= {"sync_wait", "pageable_memcpy"}
+    # the loader thread's copies are found in its own kv ranges
+    (loader,) = [f for f in whole["findings"] if f["kind"] == "sync_memcpy"]
+    assert (loader["phase"], loader["what"], loader["count"]) == ("kv", "cudaMemcpy", 8)
