@@ -22,15 +22,23 @@ from tests.conftest import json_doc
 WINDOW = 100_000
 
 
-def _step() -> NsysExportBuilder:
+def _loop(end: int, *, step: bool = True) -> NsysExportBuilder:
+    """One process, its main thread in specnsys's domain, a GPU, and a request over
+    ``[0, end)`` (with a decode step over it when *step*)."""
     b = NsysExportBuilder()
     b.process(1, "python3")
     b.thread(1, 1, "main")
     b.domain(1, "specnsys", pid=1, tid=1)
     b.gpu(0)
+    b.start_end(0, end, "request", pid=1, tid=1, domain_id=1)
+    if step:
+        b.push_pop(0, end, "decode", pid=1, tid=1, domain_id=1)
+    return b
+
+
+def _step() -> NsysExportBuilder:
+    b = _loop(WINDOW)
     pp = lambda s, e, name: b.push_pop(s, e, name, pid=1, tid=1, domain_id=1)  # noqa: E731
-    b.start_end(0, WINDOW, "request", pid=1, tid=1, domain_id=1)
-    pp(0, WINDOW, "decode")
     pp(0, 40_000, "draft")  # ten launches of 1 us, each kernel 0.5 us, after the call
     for i in range(10):
         t = 2_000 + i * 3_800
@@ -106,13 +114,7 @@ def test_overlapping_work_and_overlapping_syncs_split_exactly(tmp_path: Path) ->
     """Overlapping kernels and overlapping queued work are merged before the sweep (one busy
     island, one waiting island): the split must stay what each instant's state gives, and a
     sync segment is named after the call in flight that started last."""
-    b = NsysExportBuilder()
-    b.process(1, "python3")
-    b.thread(1, 1, "main")
-    b.domain(1, "specnsys", pid=1, tid=1)
-    b.gpu(0)
-    b.start_end(0, 100_000, "request", pid=1, tid=1, domain_id=1)
-    b.push_pop(0, 100_000, "decode", pid=1, tid=1, domain_id=1)
+    b = _loop(100_000)
     # three launches whose kernels queue behind each other and overlap: busy [10, 40) us,
     # something queued from 2 us (the first call returns) until 25 us (the last one starts)
     for i, (k0, k1) in enumerate([(10_000, 20_000), (20_000, 30_000), (25_000, 40_000)]):
@@ -133,13 +135,7 @@ def test_overlapping_work_and_overlapping_syncs_split_exactly(tmp_path: Path) ->
 
 
 def test_a_launch_storm_and_a_synchronous_copy(tmp_path: Path) -> None:
-    b = NsysExportBuilder()
-    b.process(1, "python3")
-    b.thread(1, 1, "main")
-    b.domain(1, "specnsys", pid=1, tid=1)
-    b.gpu(0)
-    b.start_end(0, 50_000, "request", pid=1, tid=1, domain_id=1)
-    b.push_pop(0, 50_000, "decode", pid=1, tid=1, domain_id=1)
+    b = _loop(50_000)
     b.push_pop(0, 40_000, "forward", pid=1, tid=1, domain_id=1)
     for i in range(40):  # each launch 800 ns, its kernel 300 ns
         t = i * 1_000
@@ -227,14 +223,9 @@ def test_a_run_without_phase_ranges_finds_its_idle_time_without_a_warning(tmp_pa
 def _many_steps() -> NsysExportBuilder:
     """Eight steps of the causes above, shifted in time, with work queued across a step
     boundary and a sync call that spans two steps: what chunking must not split wrongly."""
-    b = NsysExportBuilder()
-    b.process(1, "python3")
-    b.thread(1, 1, "main")
-    b.domain(1, "specnsys", pid=1, tid=1)
-    b.gpu(0)
-    b.thread(1, 2, "loader")  # a second thread with phase ranges and launches of its own
     steps = 8
-    b.start_end(0, steps * WINDOW, "request", pid=1, tid=1, domain_id=1)
+    b = _loop(steps * WINDOW, step=False)
+    b.thread(1, 2, "loader")  # a second thread with phase ranges and launches of its own
     corr = 100
     for k in range(steps):
         t0 = k * WINDOW
