@@ -223,13 +223,14 @@ def _idle_segments(
     is a mark, and a range's end is one), so the phase is looked up once per span, not once
     per segment (2.5M idle segments on the 2M-kernel bench export).
 
-    The ops running and the ops submitted but not started are each merged into islands first: only whether any op runs or waits matters, so a million back-to-back
-    kernels are one busy island, not two million boundaries. The synchronizing calls stay one
-    by one: a segment is named after the call in flight at its start. The sweep then runs
+    The ops running and the ops submitted but not started are each merged into islands
+    first, one kind at a time: only whether any op runs or waits matters, so a million
+    back-to-back kernels are one busy island, not two million boundaries. The synchronizing
+    calls stay one by one: a segment is named after the call in flight at its start. The sweep then runs
     chunk by chunk of :data:`SWEEP_CHUNK` islands, cut at the driver's change points: no
     segment crosses a cut, so the chunks' rows are the whole sweep's, and its memory is a
     chunk's, not the trace's (the peak of the 20M-kernel analysis;
-    docs/performance.md#memory-of-an-analysis)."""
+    docs/performance.md#issue-35-third-session-the-findings-in-chunks)."""
     # submitted (its launch call returned) but not started: it waits on something else
     lazy_ops = ops.lazy()
     pending = lazy_ops.filter(
@@ -418,7 +419,7 @@ def _launched_summary(
     Every finding below is a sum over such groups: the per-op frame is narrowed to what the
     sums need before the phase look-up sorts it, and never held with its phase (a copy of
     every op's columns: the findings' peak on the 2M-kernel bench export,
-    docs/performance.md#memory-of-an-analysis)."""
+    docs/performance.md#issue-35-third-session-the-findings-in-chunks)."""
     sums = ("n", "api_ns", "op_ns", "bytes")
     parts = []
     # A slice of the ops at a time: the look-up sorts and joins its rows, and a slice's copies
