@@ -12,7 +12,9 @@ first use, and releases what it registered on the connection when it closes::
 
 Every function that takes a context also works without one (it then builds and drops its own,
 as before). What a context holds lives until it closes: the caller that opens it decides how
-long the index and the attributed calls stay in memory.
+long the index and the attributed calls stay in memory. One exception: an analysis lets go of
+the lean launch attribution once its breakdown is done (:meth:`AttributionContext.
+release_lean_runtime`; a later breakdown builds it again).
 """
 
 from __future__ import annotations
