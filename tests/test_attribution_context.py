@@ -11,7 +11,7 @@ from specnsys.attribution.context import AttributionContext
 from specnsys.attribution.lanes import timeline_lanes
 from specnsys.ingest import open_trace
 from specnsys.metrics import analyze_trace
-from specnsys.testing.builder import NsysExportBuilder
+from specnsys.testing.builder import gpu_loop
 from specnsys.vocabulary import DOMAIN, PHASES
 
 SPEC = Path(__file__).resolve().parent.parent / "sample_traces" / "spec_chat_c4_k4.sqlite"
@@ -42,12 +42,7 @@ def test_a_context_refuses_other_rules() -> None:
 
 def _gpu_steps(path: Path) -> Path:
     """Four decode steps of draft, verify and sample, each phase launching one kernel."""
-    b = NsysExportBuilder()
-    b.process(1, "python3")
-    b.thread(1, 1, "main")
-    b.domain(1, "specnsys", pid=1, tid=1)
-    b.gpu(0)
-    b.start_end(0, 400_000, "request", pid=1, tid=1, domain_id=1)
+    b = gpu_loop(400_000)
     corr = 100
     for step in range(4):
         t0 = step * 100_000

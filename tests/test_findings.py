@@ -16,21 +16,15 @@ import pytest
 
 import specnsys
 from specnsys.metrics.analysis import Analysis
-from specnsys.testing.builder import NsysExportBuilder
+from specnsys.testing.builder import NsysExportBuilder, gpu_loop
 from tests.conftest import json_doc
 
 WINDOW = 100_000
 
 
 def _loop(end: int, *, step: bool = True) -> NsysExportBuilder:
-    """One process, its main thread in specnsys's domain, a GPU, and a request over
-    ``[0, end)`` (with a decode step over it when *step*)."""
-    b = NsysExportBuilder()
-    b.process(1, "python3")
-    b.thread(1, 1, "main")
-    b.domain(1, "specnsys", pid=1, tid=1)
-    b.gpu(0)
-    b.start_end(0, end, "request", pid=1, tid=1, domain_id=1)
+    """:func:`gpu_loop` over ``[0, end)``, with a decode step over it when *step*."""
+    b = gpu_loop(end)
     if step:
         b.push_pop(0, end, "decode", pid=1, tid=1, domain_id=1)
     return b

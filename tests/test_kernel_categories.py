@@ -13,7 +13,7 @@ import specnsys
 from specnsys import api
 from specnsys.attribution.categories import categorize_ops
 from specnsys.attribution.launch import gpu_ops_with_phase
-from specnsys.testing import NsysExportBuilder
+from specnsys.testing import gpu_loop
 from tests.cli_driver import run_one
 from tests.conftest import json_doc
 
@@ -48,12 +48,7 @@ def run_cli(*args: str) -> _Done:
 def _trace(tmp_path: Path) -> Path:
     """draft [400, 950), verify [950, 1900), sample [1900, 2400) inside one request; each kernel
     launched inside its phase; one memcpy in sample, one kernel running past the window."""
-    b = NsysExportBuilder()
-    b.process(1, "python3")
-    b.thread(1, 1, "main")
-    b.domain(1, "specnsys", pid=1, tid=1)
-    b.gpu(0)
-    b.start_end(0, 3_000, "request", pid=1, tid=1, domain_id=1)
+    b = gpu_loop(3_000)
     spans = {"draft": (400, 950), "verify": (950, 1_900), "sample": (1_900, 2_400)}
     for phase, (start, end) in spans.items():
         b.push_pop(start, end, phase, pid=1, tid=1, domain_id=1)

@@ -139,6 +139,18 @@ def create_tables(
         con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" ({ddl})')
 
 
+def gpu_loop(request_end: int) -> NsysExportBuilder:
+    """The start most built GPU traces share: process 1 (``python3``) with its main thread
+    in specnsys's domain (id 1), GPU 0, and one request over ``[0, request_end)``."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    b.gpu(0)
+    b.start_end(0, request_end, "request", pid=1, tid=1, domain_id=1)
+    return b
+
+
 class NsysExportBuilder:
     """Collects events in memory and writes them as one nsys-schema SQLite export."""
 
