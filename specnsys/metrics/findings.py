@@ -226,10 +226,10 @@ def _idle_segments(
     The ops running and the ops submitted but not started are each merged into islands
     first, one kind at a time: only whether any op runs or waits matters, so a million
     back-to-back kernels are one busy island, not two million boundaries. The synchronizing
-    calls stay one by one: a segment is named after the call in flight at its start. The sweep then runs
-    chunk by chunk of :data:`SWEEP_CHUNK` islands, cut at the driver's change points: no
-    segment crosses a cut, so the chunks' rows are the whole sweep's, and its memory is a
-    chunk's, not the trace's (the peak of the 20M-kernel analysis;
+    calls stay one by one: a segment is named after the call in flight at its start. The
+    sweep then runs chunk by chunk of :data:`SWEEP_CHUNK` islands, cut at the driver's
+    change points: no segment crosses a cut, so the chunks' rows are the whole sweep's, and
+    its memory is a chunk's, not the trace's (the peak of the 20M-kernel analysis;
     docs/performance.md#issue-35-third-session-the-findings-in-chunks)."""
     # submitted (its launch call returned) but not started: it waits on something else
     lazy_ops = ops.lazy()
@@ -256,7 +256,7 @@ def _idle_segments(
             (c0, c1),
             [_overlapping(busy, c0, c1), _overlapping(queued, c0, c1)],
             syncs.lazy().filter((pl.col("start") < c1) & (pl.col("end") > c0)),
-            marks.filter((marks >= c0) & (marks < c1)),
+            _between(marks, c0, c1),
         )
         for c0, c1 in itertools.pairwise(_cuts(busy["a"], marks, we))
     ]
@@ -276,6 +276,12 @@ def _cuts(starts: pl.Series, marks: pl.Series, we: int) -> list[int]:
         if at < marks.len() and int(marks[at]) > cuts[-1]:
             cuts.append(int(marks[at]))
     return [*cuts, we]
+
+
+def _between(marks: pl.Series, c0: int, c1: int) -> pl.Series:
+    """The sorted *marks* in ``[c0, c1)``, as a slice."""
+    first = int(marks.search_sorted(c0, side="left"))
+    return marks.slice(first, int(marks.search_sorted(c1, side="left")) - first)
 
 
 def _overlapping(islands: pl.DataFrame, c0: int, c1: int) -> pl.LazyFrame:
@@ -421,6 +427,7 @@ def _launched_summary(
     every op's columns: the findings' peak on the 2M-kernel bench export,
     docs/performance.md#issue-35-third-session-the-findings-in-chunks)."""
     sums = ("n", "api_ns", "op_ns", "bytes")
+    one_thread = points["gtid"].n_unique() <= 1
     parts = []
     # A slice of the ops at a time: the look-up sorts and joins its rows, and a slice's copies
     # are what is held, not the trace's (the sums add up across slices).
@@ -435,10 +442,12 @@ def _launched_summary(
             _clipped("api_start", "api_end", window_of).alias("api_ns"),
             _clipped("start", "end", window_of).alias("op_ns"),
             "bytes",
-        )  # fmt: skip
-        phased = lookup_phase(
-            narrow, _points_between(points, narrow), t="api_start", gtid="gtid_"
-        )
+        ).collect()  # fmt: skip
+        lo, hi = narrow.select(
+            pl.col("api_start").min().alias("lo"), pl.col("api_start").max().alias("hi")
+        ).row(0)
+        near = _points_between(points, lo, hi, one_thread=one_thread)
+        phased = lookup_phase(narrow, near, t="api_start", gtid="gtid_")
         parts.append(phased.group_by(LAUNCHED_GROUPS).agg(
             pl.len().alias("n"), *(pl.col(c).sum() for c in sums[1:])
         ))  # fmt: skip
@@ -450,17 +459,16 @@ def _launched_summary(
     )
 
 
-def _points_between(points: pl.DataFrame, calls: pl.LazyFrame) -> pl.DataFrame:
-    """The change points that a look-up of *calls* (``api_start``) can land on: per thread,
-    from its last point at or before the earliest call to the latest call. A slice's calls
-    span a stretch of the trace; the look-up's join otherwise copies every point of the
-    trace for each slice (8.8M at 20M kernels: the findings' peak)."""
-    lo, hi = calls.select(
-        pl.col("api_start").min().alias("lo"), pl.col("api_start").max().alias("hi")
-    ).collect().row(0)
+def _points_between(
+    points: pl.DataFrame, lo: int | None, hi: int | None, *, one_thread: bool
+) -> pl.DataFrame:
+    """The change points that a look-up of calls started in ``[lo, hi]`` can land on: per
+    thread, from its last point at or before *lo* to *hi*. A slice's calls span a stretch of
+    the trace; the look-up's join otherwise copies every point of the trace for each slice
+    (8.8M at 20M kernels: the findings' peak). *one_thread*: the points are one thread's."""
     if lo is None or hi is None:
         return points.clear()
-    if points["gtid"].n_unique() <= 1:  # one thread (the usual): a slice of the sorted points
+    if one_thread:  # the usual: a slice of the sorted points
         times = points["t"]
         first = max(int(times.search_sorted(lo, side="right")) - 1, 0)
         return points.slice(first, int(times.search_sorted(hi, side="right")) - first)
