@@ -106,3 +106,33 @@ def test_a_profiled_program_does_not_inherit_the_options() -> None:
         print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], {POLARS_ALLOCATOR_VARIABLE!r} in without_allocator_options(os.environ))
     """)
     assert out == f"{POLARS_ALLOCATOR_OPTIONS} False"
+
+
+def test_under_an_address_space_limit_the_allocators_hold_no_idle_reservations() -> None:
+    """``return_freed_memory(threads)`` (the command line under ``ulimit -v``): Arrow's pool is
+    glibc's malloc and Polars's jemalloc has no background threads and one arena per thread;
+    a profiled program gets neither. Their effect is tested under a real limit in
+    test_reliability_exits (``test_a_cold_analysis_under_one_gib_leaves_room``)."""
+    out = _python(f"""
+        import os
+        from specnsys.allocator import ARROW_POOL_VARIABLE, return_freed_memory, without_allocator_options
+        return_freed_memory(address_space_threads=1)
+        import pyarrow
+        child = without_allocator_options(os.environ)
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], pyarrow.default_memory_pool().backend_name,
+              {POLARS_ALLOCATOR_VARIABLE!r} in child, repr(child[ARROW_POOL_VARIABLE]))
+    """, ARROW_DEFAULT_MEMORY_POOL="")  # set but empty: Arrow's default, as given back
+    assert out == (
+        f"{POLARS_ALLOCATOR_OPTIONS},background_thread:false,narenas:1 system False ''"
+    ), out
+
+
+def test_under_an_address_space_limit_the_users_arrow_pool_is_kept() -> None:
+    out = _python("""
+        import os
+        from specnsys.allocator import return_freed_memory, without_allocator_options
+        return_freed_memory(address_space_threads=2)
+        import pyarrow
+        print(pyarrow.default_memory_pool().backend_name, without_allocator_options(os.environ)["ARROW_DEFAULT_MEMORY_POOL"])
+    """, ARROW_DEFAULT_MEMORY_POOL="mimalloc")
+    assert out == "mimalloc mimalloc", out

@@ -280,7 +280,7 @@ _M_ARENA_MAX = -8
 ADDRESS_SPACE_MIN = 1 << 30
 
 
-def fit_to_address_space() -> None:
+def fit_to_address_space() -> int | None:
     """Under an address-space limit (``ulimit -v``), shrink what the libraries reserve before
     they are imported, so that the work, not idle reservations, meets the limit.
 
@@ -290,11 +290,13 @@ def fit_to_address_space() -> None:
     ``mallopt`` (``MALLOC_ARENA_MAX`` is read only at start-up) and the pools sized from the
     limit: one thread per GiB, at most one per core. Variables the user set are kept. Under
     ``ulimit -v 1G`` a cold ``analyze`` of a sample trace needs 1 thread; without the caps it
-    failed to start threads at 1 GB (exit 3) and aborted at 1.5 GB.
+    failed to start threads at 1 GB (exit 3) and aborted at 1.5 GB. Returns the pools' thread
+    count, for the allocators' options (:func:`specnsys.allocator.return_freed_memory`), or
+    None when there is no limit.
     """
     limit = address_space_limit()
     if limit is None:
-        return
+        return None
     if limit < ADDRESS_SPACE_MIN:
         raise OutOfMemoryError(
             f"out of memory: the address-space limit (ulimit -v {limit >> 10} KiB) is below the "
@@ -308,6 +310,7 @@ def fit_to_address_space() -> None:
         import ctypes
 
         ctypes.CDLL(None).mallopt(_M_ARENA_MAX, max(1, threads // 2))
+    return threads
 
 
 def _print_error(message: str, code: int) -> int:
@@ -362,8 +365,7 @@ def _exit_status(exc: BaseException) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     warnings.showwarning = _show_warning
     _PENDING_WARNINGS.clear()
-    fit_to_address_space()
-    return_freed_memory()
+    return_freed_memory(address_space_threads=fit_to_address_space())
     with _queries_stopped_on_signal():
         # Imports the commands, and with them the analysis stack, with Ctrl-C and SIGTERM held
         # until it is loaded: an interrupt inside Polars's start-up (it imports Python modules
