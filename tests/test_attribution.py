@@ -499,7 +499,12 @@ def _innermost(ranges: list[tuple[int, int | None, str]], at: int) -> str | None
     return name
 
 
-def _reference(spec: dict) -> tuple[int, int, dict[str, Fraction], list[str]]:
+def _reference(
+    spec: dict,
+) -> tuple[int, int, dict[str, Fraction], list[str], dict[str, int], dict[str, int]]:
+    """Per nanosecond of the window: the window, each phase's wall time, the ops' phases, and
+    each phase's time as the driver's innermost phase (all of it: ``cpu_exclusive_ns``; with
+    the GPU idle: ``cpu_wall_ns``)."""
     main, other = spec["ranges"], spec["other"]
     count = lambda rs: sum(1 for r in rs if r[1] is None or r[1] > r[0])  # noqa: E731
     driver = main if count(main) >= count(other) else other
@@ -524,15 +529,20 @@ def _reference(spec: dict) -> tuple[int, int, dict[str, Fraction], list[str]]:
         pts += [p for o in ops for p in o[:2]]
         ws, we = (min(pts), max(pts)) if pts else (0, 0)
     wall: dict[str, Fraction] = {}
+    exclusive: dict[str, int] = {}
+    cpu_wall: dict[str, int] = {}
     for at in range(ws, we):
         running = {o[2] for o in ops if o[0] <= at < o[1]}
+        inner = _innermost(driver, at) or "unannotated"
+        exclusive[inner] = exclusive.get(inner, 0) + 1
         if running:
             for p in running:
                 wall[p] = wall.get(p, Fraction(0)) + Fraction(1, len(running))
         else:
-            p = _innermost(driver, at) or "unannotated"
-            wall[p] = wall.get(p, Fraction(0)) + 1
-    return ws, we, wall, [o[2] for o in sorted(ops, key=lambda o: o[3])]
+            wall[inner] = wall.get(inner, Fraction(0)) + 1
+            cpu_wall[inner] = cpu_wall.get(inner, 0) + 1
+    order = [o[2] for o in sorted(ops, key=lambda o: o[3])]
+    return ws, we, wall, order, exclusive, cpu_wall
 
 
 @settings(
@@ -568,13 +578,16 @@ def test_property_exclusive_times_sum_to_the_window(tmp_path: Path, spec: dict) 
     with _open(b, tmp_path, "prop.sqlite") as t:
         ops = gpu_ops_with_phase(t).filter(pl.col("pid") == 1).sort("correlation_id")
         pb = exclusive_phase_times(t, pid=1)
-    ws, we, wall, op_phases = _reference(spec)
+    ws, we, wall, op_phases, exclusive, cpu_wall = _reference(spec)
     assert ops["phase"].to_list() == op_phases
     assert (pb.window_start_ns, pb.window_end_ns) == (ws, we)
     _check_invariants(pb)
     got = dict(zip(pb.frame["phase"], pb.frame["wall_ns"], strict=True))
     for phase in set(got) | set(wall):
         assert abs(got.get(phase, 0) - wall.get(phase, Fraction(0))) < 1, phase
+    for column, expected in (("cpu_exclusive_ns", exclusive), ("cpu_wall_ns", cpu_wall)):
+        found = {p: v for p, v in zip(pb.frame["phase"], pb.frame[column], strict=True) if v}
+        assert found == expected, column
     busy = {
         at
         for o in spec["ops"]
