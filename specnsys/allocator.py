@@ -14,8 +14,9 @@ Under an address-space limit (``ulimit -v``) the same call also keeps both alloc
 holding idle address space: Arrow's default pool becomes glibc's malloc (Arrow's jemalloc
 reserves address space ahead), and Polars's jemalloc runs without background threads and with
 one arena per pool thread. With their defaults a cold analysis of a sample trace peaked at
-1,036-1,048 MB of a 1 GiB limit and crashed there (SIGSEGV, SIGABRT) one run in a few; with
-these, 840-890 MB.
+1,036,908-1,048,224 KiB of address space, against the 1,048,576 KiB of a 1 GiB limit, and
+crashed there (SIGSEGV, SIGABRT) one run in a few; with these, 840,732-889,336 KiB
+(docs/performance.md#issue-35-fourth-session-the-address-space-limit-and-two-cuts-tried).
 """
 
 from __future__ import annotations
