@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from specnsys.metrics.analysis import AnalysisDocument
 from specnsys.runset.collect import collect
 from specnsys.runset.dataset import HEADLINE_TYPES, NESTED_COLUMNS, scalar_columns
 from specnsys.runset.labels import Labeler
+from tests.conftest import REPO
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 CHAT = ["baseline_chat_c4", "spec_chat_c4_k2", "spec_chat_c4_k4"]
@@ -464,3 +466,53 @@ def test_the_largest_traces_go_to_the_workers_first(tmp_path: Path) -> None:
     collect([folder], tmp_path / "ds", workers=1, progress=order.append)
     assert order == sorted(sizes, key=lambda t: -sizes[t])
     assert [Path(t).stem for t in order] == ["c", "a", "b"]
+
+
+def test_a_worker_killed_while_handing_its_result_back_does_not_hang_collect(
+    tmp_path: Path,
+) -> None:
+    """A worker SIGKILLed in the middle of writing its result into the pool's pipe (armed by a
+    registered metric inside the worker: tests/collect_faults.py) left part of a message
+    there, and the pool's manager thread waited for the rest forever: ``collect`` hung (seen
+    once in a full test run, in the test above). The results now come back through files,
+    and only a file's name, written whole, crosses the pipe: every trace is analysed, within
+    seconds."""
+    _copies(tmp_path / "t")
+    code = (
+        "import sys; from specnsys.metrics import registry; "
+        "from tests.collect_faults import DIES_HANDING_BACK; "
+        "registry.register(DIES_HANDING_BACK); from specnsys.cli.main import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--no-cache", "collect", str(tmp_path / "t"), "-o",
+         str(tmp_path / "ds"), "--workers", "2", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        start_new_session=True,  # its own group: a hung pool's workers end with it below
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("collect hung after a worker died handing its result back")
+    assert proc.returncode == 0, stderr
+    doc = json.loads(stdout)
+    assert sorted(Path(t).stem for t in doc["analysed"]) == sorted(CHAT), doc
+    assert doc["failed"] == {}, doc
+
+
+def test_collect_runs_where_no_temporary_folder_can_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers hand their results back through files in a temporary folder; where none
+    can be made (here the temporary directory is a path below a regular file), they come
+    through the pool's pipe as before, and every trace still lands."""
+    traces = _copies(tmp_path / "t")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    with pytest.raises(OSError):
+        tempfile.mkdtemp()
+    result = collect([tmp_path / "t"], tmp_path / "ds", workers=2)
+    assert sorted(result.analysed) == sorted(map(str, traces)) and not result.failed

@@ -8,7 +8,9 @@ records, an identical dataset. Only the parent writes the dataset.
 A trace that fails is listed with its one-line reason and the others still land. A worker
 process that dies (killed, out of memory) breaks a local pool: the traces it had not finished
 are tried once more, each in a pool of its own, and a trace that kills its worker again is
-reported as failed, never silently dropped. Dask retries a task whose worker died by itself
+reported as failed, never silently dropped. A worker hands its record back through a file, so
+that one killed while doing so cannot leave the pool waiting on half a message
+(:func:`_safe_in_file`). Dask retries a task whose worker died by itself
 (``distributed.scheduler.allowed-failures``) and then reports it.
 """
 
@@ -17,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
+from typing import NamedTuple
 
 from specnsys.attribution.window import parse_window
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
@@ -183,32 +187,100 @@ def _owned_pool(workers: int, context: BaseContext) -> Iterator[ProcessPoolExecu
     pool.shutdown(wait=True)
 
 
+class _HandedBack(NamedTuple):
+    """A worker's outcome left in a file of the parent's hand-back folder: what crosses the
+    pool's result pipe instead of the outcome (see :func:`_safe_in_file`)."""
+
+    path: str
+
+
+def _safe_in_file(
+    trace: str, settings: Settings, labels: dict[str, str], metrics: tuple[Metric, ...],
+    folder: str | None,
+) -> _HandedBack | Outcome:  # fmt: skip
+    """:func:`_safe`, its outcome pickled into a new file in *folder*; the file's name is
+    what goes back through the pool.
+
+    A pool worker killed while it writes its result into the result pipe leaves part of a
+    message there: the pool's manager thread then waits in ``recv`` for the rest, forever,
+    since the pipe's other writers keep it open, and ``collect`` hangs instead of retrying
+    the trace (seen in a full test run: a worker SIGKILLed beside an 18 KB record;
+    ``concurrent.futures.process`` in CPython 3.11). A write of at most ``PIPE_BUF`` bytes
+    (4096 on Linux) is atomic, so a file's name arrives whole or not at all; a worker killed
+    while writing the file dies like one killed during its analysis: the pool breaks and the
+    trace is tried again. Where the file cannot be written (no *folder*: no temporary folder
+    could be made; or the folder is full), the outcome goes through the pipe as before."""
+    outcome = _safe(trace, settings, labels, metrics)
+    if folder is None:
+        return outcome
+    try:
+        fd, path = tempfile.mkstemp(dir=folder, suffix=".pickle")
+        with os.fdopen(fd, "wb") as out:
+            pickle.dump(outcome, out, protocol=pickle.HIGHEST_PROTOCOL)
+    except OSError:
+        return outcome
+    return _HandedBack(path)
+
+
+def _received(value: _HandedBack | Outcome) -> Outcome:
+    """The outcome a worker handed back (:func:`_safe_in_file`), its file removed; a file
+    that cannot be read back makes the trace fail with that reason, never vanish."""
+    if not isinstance(value, _HandedBack):
+        return value
+    try:
+        with open(value.path, "rb") as handed:
+            outcome: Outcome = pickle.load(handed)  # our own worker's file, in our own folder
+    except (OSError, EOFError, pickle.UnpicklingError) as exc:
+        return f"its result could not be read back from {value.path}: {exc}".splitlines()[0]
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(value.path)
+    return outcome
+
+
+@contextlib.contextmanager
+def _hand_back_folder() -> Iterator[str | None]:
+    """A private temporary folder for the workers' outcomes (:func:`_safe_in_file`), removed
+    at the end; None where none can be made (a read-only or full temporary directory): the
+    outcomes then come through the pipe, and ``collect`` still runs."""
+    try:
+        holder = tempfile.TemporaryDirectory(prefix="specnsys-collect-", ignore_cleanup_errors=True)
+    except OSError:
+        yield None
+        return
+    with holder as folder:
+        yield folder
+
+
 def _run_pool(
     jobs: list[Job], workers: int, metrics: tuple[Metric, ...]
 ) -> Iterator[tuple[Job, Outcome]]:
-    """Run *jobs* in a local process pool; a job whose worker died is retried once alone."""
+    """Run *jobs* in a local process pool; a job whose worker died is retried once alone.
+    The outcomes come back through files in a private temporary folder (:func:`_safe_in_file`),
+    removed when the pool is done."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
     retry: list[Job] = []
-    with _owned_pool(workers, context) as pool:
-        futures: dict[Future[Outcome], Job] = {
-            pool.submit(_safe, *job, metrics): job for job in jobs
-        }
-        for future in as_completed(futures):
-            try:
-                outcome = future.result()
-            except BrokenProcessPool:
-                retry.append(futures[future])
-                continue
-            yield futures[future], outcome
-    for job in retry:
-        with _owned_pool(1, context) as alone:
-            try:
-                outcome = alone.submit(_safe, *job, metrics).result()
-            except BrokenProcessPool:
-                outcome = "the worker analysing it died twice (killed, or out of memory)"
-        yield job, outcome
+    with _hand_back_folder() as folder:
+        with _owned_pool(workers, context) as pool:
+            futures: dict[Future[_HandedBack | Outcome], Job] = {
+                pool.submit(_safe_in_file, *job, metrics, folder): job for job in jobs
+            }
+            for future in as_completed(futures):
+                try:
+                    outcome = _received(future.result())
+                except BrokenProcessPool:
+                    retry.append(futures[future])
+                    continue
+                yield futures[future], outcome
+        for job in retry:
+            with _owned_pool(1, context) as alone:
+                try:
+                    outcome = _received(alone.submit(_safe_in_file, *job, metrics, folder).result())
+                except BrokenProcessPool:
+                    outcome = "the worker analysing it died twice (killed, or out of memory)"
+            yield job, outcome
 
 
 def _run_dask(

@@ -1,0 +1,44 @@
+"""A registered metric that makes a ``collect`` worker die in the middle of handing its result
+back (tests/test_runset_collect.py).
+
+A metric runs inside the worker's analysis, so its ``compute`` can arm the fault there: from
+then on, the worker's next message through a ``multiprocessing`` pipe that is longer than
+``PIPE_BUF`` (a write the kernel may split) is written half, and the worker SIGKILLs itself,
+as the kernel's OOM killer or a user's ``kill -9`` can end it at that instant. The module is
+importable by the worker (the pool pickles the metric by reference).
+"""
+
+from __future__ import annotations
+
+import multiprocessing.connection
+import os
+import select
+import signal
+import struct
+from typing import Any
+
+from specnsys.metrics.registry import Metric, MetricContext
+
+
+def _half_then_die(self: Any, buf: Any) -> None:
+    n = len(buf)
+    if n > select.PIPE_BUF:
+        self._send(struct.pack("!i", n) + bytes(buf[: n // 2]))
+        os.kill(os.getpid(), signal.SIGKILL)
+    _ORIGINAL(self, buf)
+
+
+_ORIGINAL = multiprocessing.connection.Connection._send_bytes  # type: ignore[attr-defined]
+
+
+def arm(context: MetricContext) -> int:
+    """Arm the fault in this process (once); the metric's payload is 0."""
+    multiprocessing.connection.Connection._send_bytes = _half_then_die  # type: ignore[attr-defined]
+    return 0
+
+
+def text(payload: object) -> str | None:
+    return None
+
+
+DIES_HANDING_BACK = Metric(key="dies_handing_back", compute=arm, text=text)
