@@ -54,16 +54,16 @@ def corpus_cache(corpus_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 # Each test module is one unit of work, so a module-scoped fixture (a capture, a built corpus
 # cache) is made once, on one worker. Two units are larger:
 # - "nsys": every module with a test that runs nsys, on one worker, first, so that the other
-#   worker runs the rest of the suite beside it. Two nsys processes at once fail inside nsys
-#   (``sem_open``, "Local Endpoint is not available"): in one group, on one worker, the nsys
-#   tests run one after another. Each test marked ``timing`` (its setup, call and teardown)
-#   runs alone on the machine: the other workers wait (a shared/exclusive file lock around
-#   every test). Those tests compare the timings of real runs (the program's own clock
-#   against the trace's, two captures against each other, two profilers of one run), which a
-#   busy second core disturbs. Every other test holds the lock shared: an nsys test that
-#   checks what a capture holds or leaves behind, not how long it took, runs beside the rest
-#   of the suite (it held the machine alone until the fifth round of issue 35: 107 of the
-#   257 s that the second worker spent waiting).
+#   worker runs the rest of the suite beside it. Each test marked ``nsys`` (its setup, call and
+#   teardown) runs alone on the machine: the other workers wait (a shared/exclusive file lock
+#   around every test). Two nsys processes at once fail inside nsys (``sem_open``, "Local
+#   Endpoint is not available"), the capture tests check timings (the program's own clock
+#   against the trace's, two profilers of one run) that a busy second core disturbs, and nsys
+#   itself fails beside one: issue 35's fifth session let the nsys tests that time nothing run
+#   beside the suite (779 s became 748 s), and in the two full runs that followed a capture
+#   ended at once with nsys's "End of file" and a capture of ``python -c pass`` left no report
+#   (a failure and a skip that no run with this lock has shown). The unmarked tests of those
+#   modules hold the lock shared, as every other test does.
 # - "corpus": the modules that share the session's corpus cache (``corpus_cache``), so each real
 #   export is built once, not once per worker. It goes second.
 #
@@ -131,16 +131,16 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 def pytest_runtest_protocol(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> Generator[None, object, object]:
-    """On an xdist worker: a test marked ``timing`` (its setup, call and teardown) holds the
-    run's lock exclusively, every other test holds it shared, so no test runs beside a
-    timing one."""
+    """On an xdist worker: a test marked ``nsys`` (its setup, call and teardown) holds the
+    run's lock exclusively, every other test holds it shared, so no test runs beside an nsys
+    one."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run is None:
         return (yield)
     path = Path(tempfile.gettempdir()) / f"specnsys-tests-{run}.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        alone = item.get_closest_marker("timing") is not None
+        alone = item.get_closest_marker("nsys") is not None
         fcntl.flock(fd, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         return (yield)
     finally:

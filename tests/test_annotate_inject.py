@@ -606,7 +606,6 @@ def test_a_bad_annotation_file_stops_profile_before_nsys(tmp_path: Path) -> None
 
 
 @pytest.mark.nsys
-@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH")
 def test_profile_annotate_two_runs_compare_to_p_r_predicted_and_measured(tmp_path: Path) -> None:

@@ -27,7 +27,6 @@ FIXTURE_TOML = REPO / "tests" / "fixtures" / "unedited_spec.toml"
 
 pytestmark = [
     pytest.mark.nsys,
-    pytest.mark.timing,
     pytest.mark.slow,
     pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH"),
 ]

@@ -66,7 +66,6 @@ def _instrument(mode: str, *extra: str) -> list[str]:
 
 
 @pytest.mark.nsys
-@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH")
 def test_control_3_reports_the_overhead_and_the_unprofiled_speedup(tmp_path: Path) -> None:

@@ -194,7 +194,6 @@ def _phases(run: dict[str, object]) -> dict[str, int]:
 
 @needs_nsys
 @pytest.mark.nsys
-@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["assisted", "lookup", "pipe_assisted"])
 def test_speculative_runs_find_draft_verify_sample_and_acceptance_by_position(
@@ -229,7 +228,6 @@ def test_speculative_runs_find_draft_verify_sample_and_acceptance_by_position(
 
 @needs_nsys
 @pytest.mark.nsys
-@pytest.mark.timing
 @pytest.mark.slow
 def test_prompt_lookup_counts_the_proposals_it_really_made(
     captures: dict[str, dict[str, object]],
@@ -242,7 +240,6 @@ def test_prompt_lookup_counts_the_proposals_it_really_made(
 
 @needs_nsys
 @pytest.mark.nsys
-@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["base", "pipe_base"])
 def test_the_baseline_run_gives_forward_and_sample(
@@ -262,7 +259,6 @@ def test_the_baseline_run_gives_forward_and_sample(
 
 @needs_nsys
 @pytest.mark.nsys
-@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize(("base", "spec"), [("base", "assisted"), ("base", "lookup"),
                                             ("pipe_base", "pipe_assisted")])

@@ -38,7 +38,6 @@ pytest.importorskip("torch")
 
 pytestmark = [
     pytest.mark.nsys,
-    pytest.mark.timing,
     pytest.mark.slow,
     pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH"),
 ]

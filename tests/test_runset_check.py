@@ -140,7 +140,6 @@ def _capture(out: Path, *extra: str) -> Path:
 
 
 @pytest.mark.nsys
-@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.skipif(find_nsys() is None, reason="nsys is not on PATH")
 def test_an_injected_sample_delay_is_caught_and_a_repeat_passes(tmp_path: Path) -> None:
