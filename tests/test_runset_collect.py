@@ -516,3 +516,28 @@ def test_collect_runs_where_no_temporary_folder_can_be_made(
         tempfile.mkdtemp()
     result = collect([tmp_path / "t"], tmp_path / "ds", workers=2)
     assert sorted(result.analysed) == sorted(map(str, traces)) and not result.failed
+
+
+def test_the_hand_back_folder_is_removed_and_one_a_killed_collect_left_is_swept(
+    tmp_path: Path,
+) -> None:
+    """The records' folder (named after its collect's process) is gone when collect ends;
+    one that a SIGKILLed collect left behind, records inside, is removed by the next run
+    (the sweep of every analysis's scratch folders). Another user's, or a live process's,
+    would be left alone (``cache.sweep_stale``)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    stale = scratch / f"specnsys-collect-{int(ended.stdout)}-left"
+    stale.mkdir()
+    (stale / "record.pickle").write_bytes(b"\0" * 4096)
+    _copies(tmp_path / "t")
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "--no-cache", "collect", str(tmp_path / "t"), "-o",
+         str(tmp_path / "ds"), "--workers", "2", "--json"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(scratch)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)["analysed"]) == len(CHAT)
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("specnsys-collect-")] == []

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # DuckDB and pyarrow load where they are used (a warm run nee
     import pyarrow as pa
 
 __all__ = [
+    "HAND_BACK_PREFIX",
     "SCRATCH_PREFIXES",
     "SPILL_PREFIX",
     "analysis_connection",
@@ -41,7 +42,9 @@ __all__ = [
 #: Private temporary folders of specnsys processes (DuckDB's spills while analyzing or
 #: building, ``.nsys-rep`` exports read without a cache): ``<prefix><pid>-...``.
 SPILL_PREFIX = "specnsys-spill-"
-SCRATCH_PREFIXES = (SPILL_PREFIX, SCRATCH_PREFIX, EXPORT_PREFIX)
+#: ``collect``'s folder of the records its pool workers hand back (specnsys.runset.collect).
+HAND_BACK_PREFIX = "specnsys-collect-"
+SCRATCH_PREFIXES = (SPILL_PREFIX, SCRATCH_PREFIX, EXPORT_PREFIX, HAND_BACK_PREFIX)
 
 
 @functools.cache

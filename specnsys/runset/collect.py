@@ -30,6 +30,8 @@ from typing import NamedTuple
 
 from specnsys.attribution.window import parse_window
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
+from specnsys.ingest.cache import tmp_prefix
+from specnsys.ingest.connection import HAND_BACK_PREFIX
 from specnsys.metrics import registry
 from specnsys.metrics.registry import Metric
 from specnsys.runset.dataset import Dataset, RunRecord, Settings, run_id_of
@@ -244,7 +246,9 @@ def _hand_back_folder() -> Iterator[str | None]:
     at the end; None where none can be made (a read-only or full temporary directory): the
     outcomes then come through the pipe, and ``collect`` still runs."""
     try:
-        holder = tempfile.TemporaryDirectory(prefix="specnsys-collect-", ignore_cleanup_errors=True)
+        holder = tempfile.TemporaryDirectory(
+            prefix=tmp_prefix(HAND_BACK_PREFIX), ignore_cleanup_errors=True
+        )  # named after this process: the next analysis sweeps it if a SIGKILL leaves it
     except OSError:
         yield None
         return
