@@ -19,6 +19,8 @@ from typing import Any
 
 from specnsys.metrics.registry import Metric, MetricContext
 
+_ORIGINAL = multiprocessing.connection.Connection._send_bytes  # type: ignore[attr-defined]
+
 
 def _half_then_die(self: Any, buf: Any) -> None:
     n = len(buf)
@@ -26,9 +28,6 @@ def _half_then_die(self: Any, buf: Any) -> None:
         self._send(struct.pack("!i", n) + bytes(buf[: n // 2]))
         os.kill(os.getpid(), signal.SIGKILL)
     _ORIGINAL(self, buf)
-
-
-_ORIGINAL = multiprocessing.connection.Connection._send_bytes  # type: ignore[attr-defined]
 
 
 def arm(context: MetricContext) -> int:
