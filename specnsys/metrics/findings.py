@@ -483,7 +483,7 @@ def _points_between(
 
 
 #: Ops per slice of :func:`_launched_summary`.
-SUMMARY_CHUNK = 1_000_000
+SUMMARY_CHUNK = 250_000
 
 
 def findings_of(trace: Trace, scope: Scope, figures: dict[str, dict[str, int]]) -> dict[str, object]:
