@@ -541,3 +541,14 @@ def test_the_hand_back_folder_is_removed_and_one_a_killed_collect_left_is_swept(
     assert done.returncode == 0, done.stderr
     assert len(json.loads(done.stdout)["analysed"]) == len(CHAT)
     assert [p.name for p in scratch.iterdir() if p.name.startswith("specnsys-collect-")] == []
+
+
+def test_a_folder_yields_its_traces_whatever_the_case_of_their_suffix(tmp_path: Path) -> None:
+    """A copied or Windows-named ``Run.SQLITE`` in a folder is a trace, not silently passed
+    over (it is read when named alone); a report and its export still count once."""
+    from specnsys.runset.collect import find_traces
+
+    for name in ("a.sqlite", "B.SQLITE", "c.Nsys-Rep", "c.SQLite", "d.NSYS-REP", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    found = find_traces([tmp_path])
+    assert [p.name for p in found] == ["B.SQLITE", "a.sqlite", "c.SQLite", "d.NSYS-REP"]

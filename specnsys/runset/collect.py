@@ -65,23 +65,27 @@ class CollectResult:
 
 def find_traces(inputs: Sequence[str | Path]) -> list[Path]:
     """The traces named by *inputs*: files as given, folders searched recursively for
-    ``.sqlite``/``.nsys-rep`` files (sorted; a report and its export count once: the export)."""
+    ``.sqlite``/``.nsys-rep`` files in any case (``Run.SQLITE`` is read when named alone, so a
+    folder does not pass over it); sorted; a report and its export count once: the export."""
     found: list[Path] = []
     for item in inputs:
         path = Path(item)
         try:
             if path.is_dir():
                 found += sorted(
-                    p for p in path.rglob("*") if p.suffix in TRACE_SUFFIXES and p.is_file()
-                )
+                    p for p in path.rglob("*")
+                    if p.suffix.lower() in TRACE_SUFFIXES and p.is_file()
+                )  # fmt: skip
             elif path.exists():
                 found.append(path)
             else:
                 raise BadInputError(f"{path}: no such trace or folder")
         except OSError as exc:
             raise BadInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    exports = {p.with_suffix("") for p in found if p.suffix == ".sqlite"}
-    unique = [p for p in found if p.suffix == ".sqlite" or p.with_suffix("") not in exports]
+    exports = {p.with_suffix("") for p in found if p.suffix.lower() == ".sqlite"}
+    unique = [
+        p for p in found if p.suffix.lower() == ".sqlite" or p.with_suffix("") not in exports
+    ]
     return list(dict.fromkeys(p.resolve() for p in unique))
 
 
