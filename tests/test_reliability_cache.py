@@ -91,6 +91,7 @@ import json, sys, time
 from pathlib import Path
 from specnsys.cli.main import main
 go = Path(sys.argv[1])
+Path(sys.argv[3]).touch()  # imported: ready at the barrier
 while not go.exists():
     time.sleep(0.005)
 started = time.time()
@@ -110,16 +111,21 @@ def test_processes_opening_one_trace_at_once_all_succeed(
     env = {**os.environ, "SPECNSYS_CACHE_DIR": str(cache)}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _BARRIER_RUN, str(go), str(path)],
+            [sys.executable, "-c", _BARRIER_RUN, str(go), str(path), str(tmp_path / f"ready{i}")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=env,
             cwd=Path(__file__).resolve().parents[1],
         )
-        for _ in range(3)
+        for i in range(3)
     ]
-    time.sleep(3)  # let all three import and wait at the barrier
+    # all three imported and waiting at the barrier (a fixed sleep lost the race when the
+    # imports took longer than it on a busy machine), then released at once
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready{i}").exists() for i in range(3)):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.01)
     go.touch()
     outs = [p.communicate(timeout=300) for p in procs]
     runs = []
