@@ -1,4 +1,4 @@
-"""Polars's allocator told to hand freed memory back promptly, before Polars loads.
+"""Polars's and DuckDB's allocators told to hand freed memory back promptly, before they load.
 
 Polars allocates with its own jemalloc (symbols prefixed ``_rjem_``), which reads its options
 from ``_RJEM_MALLOC_CONF`` once, at its first allocation; no API changes them later. Polars's
@@ -7,8 +7,14 @@ held before, so options set before the import win. An analysis builds and drops 
 millions of rows step after step; with Polars's settings their pages stay resident for a
 second or more (a "muzzy" page is only marked free, and counts in RSS until the kernel needs
 it), so the peak of a cold analysis comes near the sum of its steps instead of the largest one
-(docs/performance.md#memory-of-an-analysis). A base module: the command line calls it before
-it imports anything that loads Polars.
+(docs/performance.md#memory-of-an-analysis). Allocations above 256 KiB (a column chunk, a
+hash table's partition) go to jemalloc's dedicated arena for large requests, which returns
+them at once (its default threshold is 8 MiB). DuckDB's own jemalloc (``DUCKDB_JE_MALLOC_CONF``)
+keeps freed pages for a second by default: the phase ranges' query left 280 MiB resident into
+the breakdown; 100 ms here. Together: the 2M-kernel cold analysis peaked 10-14 % lower, in the
+same time (docs/performance.md#issue-35-sixth-session-the-launched-ops-summed-in-smaller-
+slices). A base module: the command line calls it before it imports anything that loads
+Polars or DuckDB.
 
 Under an address-space limit (``ulimit -v``) the same call also keeps both allocators from
 holding idle address space: Arrow's default pool becomes glibc's malloc (Arrow's jemalloc
@@ -26,12 +32,19 @@ import sys
 from collections.abc import Mapping
 
 POLARS_ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
-#: Freed pages go back to the system after 100 ms, at once, not after 0.5 + 1 s.
-POLARS_ALLOCATOR_OPTIONS = "dirty_decay_ms:100,muzzy_decay_ms:0"
+#: Freed pages go back to the system after 100 ms, at once, not after 0.5 + 1 s; requests
+#: above 256 KiB at once (jemalloc's arena for large requests purges without delay).
+POLARS_ALLOCATOR_OPTIONS = "dirty_decay_ms:100,muzzy_decay_ms:0,oversize_threshold:262144"
 #: What Polars's ``__init__`` writes into the variable when it was unset. Every process that a
 #: Python program which imported Polars starts inherits it (a bench, a test, a notebook): it
 #: is Polars's default, not the user's choice.
 POLARS_OWN_OPTIONS = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+
+#: DuckDB's jemalloc reads its options from this variable once, when DuckDB loads; they
+#: apply on top of DuckDB's own (``dirty_decay_ms:1000``, its arenas and thresholds).
+DUCKDB_ALLOCATOR_VARIABLE = "DUCKDB_JE_MALLOC_CONF"
+#: Freed pages go back to the system after 100 ms, not after 1 s.
+DUCKDB_ALLOCATOR_OPTIONS = "dirty_decay_ms:100"
 
 #: Arrow's choice of default memory pool, read when Arrow loads.
 ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
@@ -41,12 +54,17 @@ _GIVEN: dict[str, str | None] = {}
 
 
 def return_freed_memory(address_space_threads: int | None = None) -> None:
-    """Set :data:`POLARS_ALLOCATOR_OPTIONS` for this process and the workers it starts, unless
-    the user set the variable (to anything but Polars's own default) or Polars is already
-    loaded (its allocator may have read it). Under an address-space limit, whose pools run
-    *address_space_threads* threads, also hold the allocators' idle reservations down (the
-    module's docstring). Either way the given values are kept for
-    :func:`without_allocator_options`: Polars's import rewrites the variable too."""
+    """Set :data:`POLARS_ALLOCATOR_OPTIONS` and :data:`DUCKDB_ALLOCATOR_OPTIONS` for this
+    process and the workers it starts, each unless the user set its variable (for Polars: to
+    anything but Polars's own default) or its library is already loaded (its allocator may have
+    read it). Under an address-space limit, whose pools run *address_space_threads* threads,
+    also hold the allocators' idle reservations down (the module's docstring). Either way the
+    given values are kept for :func:`without_allocator_options`: Polars's import rewrites its
+    variable too."""
+    if "duckdb" not in sys.modules and "_duckdb" not in sys.modules:
+        given = _GIVEN[DUCKDB_ALLOCATOR_VARIABLE] = os.environ.get(DUCKDB_ALLOCATOR_VARIABLE)
+        if not given:
+            os.environ[DUCKDB_ALLOCATOR_VARIABLE] = DUCKDB_ALLOCATOR_OPTIONS
     if "polars" in sys.modules:
         return
     given = os.environ.get(POLARS_ALLOCATOR_VARIABLE)

@@ -1,6 +1,6 @@
-"""Polars's allocator gets its options before Polars loads (specnsys/allocator.py): set by the
-command line for itself and its workers, never over the user's own, and not handed on to a
-program that ``profile`` runs. What it saves is measured by ``bench/scale.py`` (peak RSS),
+"""Polars's and DuckDB's allocators get their options before they load (specnsys/allocator.py):
+set by the command line for itself and its workers, never over the user's own, and not handed
+on to a program that ``profile`` runs. What it saves is measured by ``bench/scale.py`` (peak RSS),
 not asserted here."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import sys
 import textwrap
 
 from specnsys.allocator import (
+    DUCKDB_ALLOCATOR_OPTIONS,
+    DUCKDB_ALLOCATOR_VARIABLE,
     POLARS_ALLOCATOR_OPTIONS,
     POLARS_ALLOCATOR_VARIABLE,
     POLARS_OWN_OPTIONS,
@@ -19,7 +21,8 @@ from tests.conftest import SAMPLE_TRACES
 
 
 def _python(code: str, **env: str) -> str:
-    base = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR_VARIABLE}
+    mine = (POLARS_ALLOCATOR_VARIABLE, DUCKDB_ALLOCATOR_VARIABLE)
+    base = {k: v for k, v in os.environ.items() if k not in mine}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True, text=True, timeout=120, env={**base, **env},
@@ -50,7 +53,7 @@ def test_the_users_own_options_are_kept() -> None:
         return_freed_memory()
         print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], len(without_allocator_options(os.environ)) == len(os.environ))
         """,
-        **{POLARS_ALLOCATOR_VARIABLE: "narenas:1"},
+        **{POLARS_ALLOCATOR_VARIABLE: "narenas:1", DUCKDB_ALLOCATOR_VARIABLE: "narenas:1"},
     )
     assert out == "narenas:1 True"
 
@@ -136,3 +139,67 @@ def test_under_an_address_space_limit_the_users_arrow_pool_is_kept() -> None:
         print(pyarrow.default_memory_pool().backend_name, without_allocator_options(os.environ)["ARROW_DEFAULT_MEMORY_POOL"])
     """, ARROW_DEFAULT_MEMORY_POOL="mimalloc")
     assert out == "mimalloc mimalloc", out
+
+
+#: Reads an option of DuckDB's own jemalloc (its ``duckdb_je_`` symbols), as DuckDB's
+#: allocator applied it, not as the environment says.
+_DUCKDB_OPTION = """
+    import ctypes, _duckdb
+    mallctl = ctypes.CDLL(_duckdb.__file__).duckdb_je_mallctl
+    value, size = ctypes.c_ssize_t(), ctypes.c_size_t(ctypes.sizeof(ctypes.c_ssize_t))
+    assert mallctl(b"opt.dirty_decay_ms", ctypes.byref(value), ctypes.byref(size), None, 0) == 0
+"""
+
+
+def test_the_command_line_gives_duckdb_s_allocator_its_options_before_duckdb_loads() -> None:
+    """DuckDB's jemalloc hands freed pages back after 1 s by default: the phase ranges'
+    query left 280 MiB resident into the breakdown (docs/performance.md#issue-35-sixth-session-
+    the-launched-ops-summed-in-smaller-slices). The command line sets 100 ms, and DuckDB's
+    allocator took it."""
+    trace = sorted(SAMPLE_TRACES.glob("*.sqlite"))[0]
+    out = _python(f"""
+        import contextlib, io, os, sys
+        from specnsys.cli.main import main
+        assert "duckdb" not in sys.modules
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["--no-cache", "info", {str(trace)!r}])
+        {textwrap.indent(textwrap.dedent(_DUCKDB_OPTION), " " * 8).strip()}
+        print(code, os.environ.get({DUCKDB_ALLOCATOR_VARIABLE!r}), value.value)
+    """)
+    assert out == f"0 {DUCKDB_ALLOCATOR_OPTIONS} 100", out
+
+
+def test_the_users_own_duckdb_allocator_options_are_kept_and_handed_on() -> None:
+    out = _python(
+        f"""
+        import os
+        from specnsys.allocator import return_freed_memory, without_allocator_options
+        return_freed_memory()
+        import duckdb
+        duckdb.sql("SELECT 1").fetchall()
+        {textwrap.indent(textwrap.dedent(_DUCKDB_OPTION), " " * 8).strip()}
+        print(value.value, without_allocator_options(os.environ)[{DUCKDB_ALLOCATOR_VARIABLE!r}])
+        """,
+        **{DUCKDB_ALLOCATOR_VARIABLE: "dirty_decay_ms:2500"},
+    )
+    assert out == "2500 dirty_decay_ms:2500"
+
+
+def test_a_profiled_program_does_not_inherit_duckdb_s_options() -> None:
+    out = _python(f"""
+        import os
+        from specnsys.allocator import return_freed_memory, without_allocator_options
+        return_freed_memory()
+        print(os.environ[{DUCKDB_ALLOCATOR_VARIABLE!r}], {DUCKDB_ALLOCATOR_VARIABLE!r} in without_allocator_options(os.environ))
+    """)
+    assert out == f"{DUCKDB_ALLOCATOR_OPTIONS} False"
+
+
+def test_too_late_once_duckdb_is_loaded_but_polars_still_gets_its_options() -> None:
+    out = _python(f"""
+        import os, duckdb
+        from specnsys.allocator import return_freed_memory
+        return_freed_memory()
+        print(os.environ.get({DUCKDB_ALLOCATOR_VARIABLE!r}), os.environ.get({POLARS_ALLOCATOR_VARIABLE!r}))
+    """)
+    assert out == f"None {POLARS_ALLOCATOR_OPTIONS}"
