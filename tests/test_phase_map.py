@@ -90,3 +90,44 @@ def test_polars_islands_equal_the_sql_islands(intervals) -> None:
         assert a <= b
     for (k1, _, b1), (k2, a2, _) in zip(ours, ours[1:], strict=False):
         assert k1 != k2 or b1 < a2
+
+
+@st.composite
+def nvtx_rows(draw: st.DrawFn) -> list[tuple[int, int, int, int | None, str, int]]:
+    """NVTX push/pop rows on 1-2 threads, nested or not (a malformed trace's crossing ranges
+    too), with ties, unclosed and empty ranges: (id, gtid, start, end|None, text, depth)."""
+    rows = []
+    for i in range(draw(st.integers(0, 24))):
+        s = draw(st.integers(0, 30))
+        length = draw(st.one_of(st.none(), st.integers(0, 12)))
+        text = draw(st.sampled_from(["decode", "draft", "verify", "forward", "prefill",
+                                     "draft_prefill", "sample", "request", "other"]))
+        rows.append((i, draw(st.integers(0, 1)), s, None if length is None else s + length,
+                     text, draw(st.integers(0, 3))))  # fmt: skip
+    return rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(nvtx_rows())
+def test_phase_ranges_frame_equals_its_sql(rows) -> None:
+    """:func:`phase_ranges` computes the ``counted`` and ``leaf`` flags in Polars (the SQL's
+    window functions were 5 s of the 20M-kernel analysis); the lanes and step tables still
+    read :func:`phase_ranges_sql`: both must give every range the same flags."""
+    from specnsys.attribution.phase_map import PHASE_RANGE_COLUMNS, phase_ranges, phase_ranges_sql
+    from specnsys.attribution.rules import default_rules
+
+    con = duckdb.connect()
+    con.execute(
+        'CREATE TABLE nvtx (id BIGINT, global_tid BIGINT, pid BIGINT, start BIGINT, "end" BIGINT, '
+        "kind VARCHAR, depth BIGINT, text VARCHAR, domain VARCHAR)"
+    )
+    if rows:
+        con.executemany(
+            "INSERT INTO nvtx VALUES (?, ?, 7, ?, ?, 'push_pop', ?, ?, 'specnsys')",
+            [(i, g, s, e, d, text) for i, g, s, e, text, d in rows],
+        )
+    rules = default_rules()
+    ours = phase_ranges(con, rules).sort("id")
+    theirs = con.sql(f"SELECT {PHASE_RANGE_COLUMNS} FROM ({phase_ranges_sql(rules)})").pl()
+    assert ours.columns == theirs.columns
+    assert ours.rows() == theirs.sort("id").rows()

@@ -79,7 +79,8 @@ def _sql_list(names: Sequence[str]) -> str:
 
 
 def phase_ranges_sql(rules: PhaseRules) -> str:
-    """SELECT of the phase ranges under *rules*: mapped push/pop ranges of known threads, each
+    """SELECT of the phase ranges under *rules* (:func:`phase_ranges` is the same as a frame,
+    its last two flags computed in Polars): mapped push/pop ranges of known threads, each
     with the phase its nesting gives it (docs/design.md#nesting-by-role).
 
     Columns: ``id, gtid, pid, s, e, depth``; ``named`` (the phase the rules gave the range);
@@ -96,6 +97,35 @@ def phase_ranges_sql(rules: PhaseRules) -> str:
     Boundaries are ordered per thread as :func:`phase_change_points` orders them (ends before
     starts at one instant, outer starts first), so both see the same nesting.
     """
+    return f"""
+    SELECT *,
+           -- no earlier range of the phase ends after it: none holds it (a crossing one,
+           -- of a malformed trace, does not)
+           coalesce(max(ern) OVER (
+               PARTITION BY gtid, phase ORDER BY srn
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) < ern, true) AS counted,
+           coalesce(lead(srn) OVER (PARTITION BY gtid, named ORDER BY srn) > ern, true) AS leaf
+    FROM ({_effective_ranges_sql(rules)})
+    """
+
+
+#: :func:`phase_ranges_sql`'s two flags as Polars expressions, over the effective ranges
+#: (``srn`` is unique per thread: the order within a group is total).
+_COUNTED = (
+    (pl.col("ern").shift(1).cum_max().over("gtid", "phase", order_by="srn") < pl.col("ern"))
+    .fill_null(True)
+    .alias("counted")
+)
+_LEAF = (
+    (pl.col("srn").shift(-1).over("gtid", "named", order_by="srn") > pl.col("ern"))
+    .fill_null(True)
+    .alias("leaf")
+)
+
+
+def _effective_ranges_sql(rules: PhaseRules) -> str:
+    """:func:`phase_ranges_sql` without its ``counted`` and ``leaf`` flags: every other column,
+    each range with the phase its nesting gives it."""
     return f"""
     WITH base AS (
         SELECT id, gtid, pid, s, e, depth, phase AS named
@@ -143,14 +173,7 @@ def phase_ranges_sql(rules: PhaseRules) -> str:
             ELSE named END AS phase
         FROM roled
     )
-    SELECT id, gtid, pid, s, e, phase, depth, named, role, srn, ern,
-           -- no earlier range of the phase ends after it: none holds it (a crossing one,
-           -- of a malformed trace, does not)
-           coalesce(max(ern) OVER (
-               PARTITION BY gtid, phase ORDER BY srn
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) < ern, true) AS counted,
-           coalesce(lead(srn) OVER (PARTITION BY gtid, named ORDER BY srn) > ern, true) AS leaf
-    FROM eff
+    SELECT id, gtid, pid, s, e, phase, depth, named, role, srn, ern FROM eff
     """
 
 
@@ -309,9 +332,12 @@ PHASE_RANGE_COLUMNS = "id, gtid, pid, s, e, phase, depth, named, role, srn, ern,
 def phase_ranges(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> pl.DataFrame:
     """The phase ranges of *rules* as a frame: :data:`PHASE_RANGE_COLUMNS` (see
     :func:`phase_ranges_sql`)."""
-    sql = f"SELECT {PHASE_RANGE_COLUMNS} FROM ({phase_ranges_sql(rules)})"
-    frame: pl.DataFrame = con.sql(sql).pl()
-    return frame
+    # The flags' window functions took 2.1-2.9 s each in DuckDB at 20M kernels (one sort per
+    # partition key, single-threaded per thread's partition); Polars's sorted groups: 2 s less
+    # in all (docs/performance.md#issue-35-sixth-session-the-launched-ops-summed-in-smaller-
+    # slices). tests/test_phase_map.py holds them equal to the SQL's.
+    frame: pl.DataFrame = con.sql(_effective_ranges_sql(rules)).pl()
+    return frame.with_columns(_COUNTED, _LEAF).select(PHASE_RANGE_COLUMNS.split(", "))
 
 
 def create_phase_index(
