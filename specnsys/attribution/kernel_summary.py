@@ -64,7 +64,15 @@ def kernel_summary(trace: Trace, by: str | None = None) -> pl.DataFrame:
     frame = pl.DataFrame(trace.connection.sql(_SQL.format(keys=keys)))
     frame = frame.with_columns(pl.col("total_ns").cast(pl.Int128))
     total = int(frame["total_ns"].sum()) if frame.height else 0
-    share = pl.col("total_ns").cast(pl.Float64) / float(total) if total else pl.lit(0.0)
+    # Divided by a column of the total, not by the scalar: Polars divides by a scalar as a
+    # product with its reciprocal on some layouts, one unit in the last place off, so the
+    # same trace's share could differ in its last digit between runs.
+    share = (
+        pl.col("total_ns").cast(pl.Float64)
+        / pl.lit(pl.Series([float(total)] * frame.height, dtype=pl.Float64))
+        if total
+        else pl.lit(0.0)
+    )
     return frame.with_columns(share.alias("share")).sort(
         ["total_ns", "name"], descending=[True, False]
     )
