@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from specnsys.allocator import (
     DUCKDB_ALLOCATOR_OPTIONS,
     DUCKDB_ALLOCATOR_VARIABLE,
@@ -101,14 +103,20 @@ def test_too_late_once_polars_is_loaded() -> None:
     assert out == "True False"
 
 
-def test_a_profiled_program_does_not_inherit_the_options() -> None:
+@pytest.mark.parametrize(
+    ("variable", "options"),
+    [(POLARS_ALLOCATOR_VARIABLE, POLARS_ALLOCATOR_OPTIONS),
+     (DUCKDB_ALLOCATOR_VARIABLE, DUCKDB_ALLOCATOR_OPTIONS)],
+    ids=["polars", "duckdb"],
+)  # fmt: skip
+def test_a_profiled_program_does_not_inherit_the_options(variable: str, options: str) -> None:
     out = _python(f"""
         import os
         from specnsys.allocator import return_freed_memory, without_allocator_options
         return_freed_memory()
-        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], {POLARS_ALLOCATOR_VARIABLE!r} in without_allocator_options(os.environ))
+        print(os.environ[{variable!r}], {variable!r} in without_allocator_options(os.environ))
     """)
-    assert out == f"{POLARS_ALLOCATOR_OPTIONS} False"
+    assert out == f"{options} False"
 
 
 def test_under_an_address_space_limit_the_allocators_hold_no_idle_reservations() -> None:
@@ -183,16 +191,6 @@ def test_the_users_own_duckdb_allocator_options_are_kept_and_handed_on() -> None
         **{DUCKDB_ALLOCATOR_VARIABLE: "dirty_decay_ms:2500"},
     )
     assert out == "2500 dirty_decay_ms:2500"
-
-
-def test_a_profiled_program_does_not_inherit_duckdb_s_options() -> None:
-    out = _python(f"""
-        import os
-        from specnsys.allocator import return_freed_memory, without_allocator_options
-        return_freed_memory()
-        print(os.environ[{DUCKDB_ALLOCATOR_VARIABLE!r}], {DUCKDB_ALLOCATOR_VARIABLE!r} in without_allocator_options(os.environ))
-    """)
-    assert out == f"{DUCKDB_ALLOCATOR_OPTIONS} False"
 
 
 def test_too_late_once_duckdb_is_loaded_but_polars_still_gets_its_options() -> None:
