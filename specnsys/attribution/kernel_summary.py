@@ -69,7 +69,7 @@ def kernel_summary(trace: Trace, by: str | None = None) -> pl.DataFrame:
     # same trace's share could differ in its last digit between runs.
     share = (
         pl.col("total_ns").cast(pl.Float64)
-        / pl.lit(pl.Series([float(total)] * frame.height, dtype=pl.Float64))
+        / pl.lit(pl.repeat(float(total), frame.height, eager=True))
         if total
         else pl.lit(0.0)
     )
