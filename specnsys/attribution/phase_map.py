@@ -123,16 +123,23 @@ _LEAF = (
 )
 
 
-def _effective_ranges_sql(rules: PhaseRules) -> str:
-    """:func:`phase_ranges_sql` without its ``counted`` and ``leaf`` flags: every other column,
-    each range with the phase its nesting gives it."""
+def _phase_named_sql(rules: PhaseRules) -> str:
+    """SELECT of the push/pop ranges the rules name a phase (``named``; not the request), on
+    known threads, not empty: ``id, gtid, pid, s, e, depth, named``."""
     return f"""
-    WITH base AS (
         SELECT id, gtid, pid, s, e, depth, phase AS named
         FROM ({mapped_nvtx_sql(rules)})
         WHERE kind = 'push_pop' AND phase IS NOT NULL AND phase <> '{REQUEST}'
           AND gtid IS NOT NULL AND (e IS NULL OR e > s)
-    ),
+    """
+
+
+def _effective_ranges_sql(rules: PhaseRules) -> str:
+    """:func:`phase_ranges_sql` without its ``counted`` and ``leaf`` flags: every other column,
+    each range with the phase its nesting gives it (:func:`_effective_ranges` is the same in
+    Polars)."""
+    return f"""
+    WITH base AS ({_phase_named_sql(rules)}),
     bounds AS (
         SELECT id, gtid, 1 AS st, s AS t, -coalesce(e, {_OPEN}) AS k1, depth AS k2, id AS k3
         FROM base
@@ -175,6 +182,81 @@ def _effective_ranges_sql(rules: PhaseRules) -> str:
     )
     SELECT id, gtid, pid, s, e, phase, depth, named, role, srn, ern FROM eff
     """
+
+
+def _effective_ranges(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> pl.DataFrame:
+    """:func:`_effective_ranges_sql` as a frame: the NVTX scan and the rules in DuckDB, the
+    nesting in Polars (the SQL's boundary numbering and as-of join were 4.6 s of the 20M-kernel
+    analysis, single-threaded per thread's partition). tests/test_phase_map.py holds the two
+    equal."""
+    base: pl.DataFrame = con.sql(_phase_named_sql(rules)).pl()
+    ri = pl.int_range(pl.len(), dtype=pl.UInt32).alias("ri")
+    # every boundary in its thread's total order (as the SQL's row_number orders them): the
+    # keys are unique per thread (a start's id, an end's minus id), so the order is total
+    bounds = (
+        pl.concat(
+            [
+                base.select(
+                    "gtid", ri, pl.lit(1, pl.Int32).alias("st"), pl.col("s").alias("t"),
+                    (-pl.col("e").fill_null(_OPEN)).alias("k1"), pl.col("depth").alias("k2"),
+                    pl.col("id").alias("k3"),
+                ),
+                base.select(
+                    "gtid", ri, pl.lit(0, pl.Int32).alias("st"), pl.col("e").alias("t"),
+                    (-pl.col("s")).alias("k1"), (-pl.col("depth")).alias("k2"),
+                    (-pl.col("id")).alias("k3"),
+                ).filter(pl.col("t").is_not_null()),
+            ]
+        )  # fmt: skip
+        .sort(["gtid", "t", "st", "k1", "k2", "k3"], nulls_last=True)
+        .select("ri", "st", (pl.int_range(1, pl.len() + 1, dtype=_I64).over("gtid")).alias("rn"))
+    )
+    starts = bounds.filter(pl.col("st") == 1)
+    ends = bounds.filter(pl.col("st") == 0)
+    del bounds
+    unset = pl.repeat(None, base.height, dtype=_I64, eager=True)
+    srn = unset.alias("srn").scatter(starts["ri"], starts["rn"])  # every range has a start
+    ern = unset.clone().alias("ern").scatter(ends["ri"], ends["rn"])
+    del starts, ends
+    # unclosed ranges end after everything, the earliest started last (it holds the ranges
+    # started after it)
+    r = base.with_columns(srn, ern).with_columns(
+        pl.col("ern").fill_null(_OPEN - pl.col("srn")).alias("ern")
+    )
+    del base
+    # the outermost role range of each thread: no earlier one of them ends after its start
+    tops = (
+        r.filter(pl.col("named").is_in(list(ROLE_PHASES)))
+        .select(
+            "gtid", "srn", pl.col("ern").alias("top_ern"), pl.col("named").alias("top_role"),
+            pl.col("ern").shift(1).cum_max().over("gtid", order_by="srn").alias("before"),
+        )
+        .filter(pl.col("before").is_null() | (pl.col("before") < pl.col("srn")))
+        .drop("before")
+        .sort("gtid", "srn")
+        .with_columns(pl.col("srn").alias("top_srn"))
+    )
+    roled = (
+        r.sort("gtid", "srn")
+        .join_asof(
+            tops.drop("srn"), left_on="srn", right_on="top_srn", by="gtid",
+            strategy="backward", allow_exact_matches=False, check_sortedness=False,
+        )  # fmt: skip
+        .with_columns(
+            pl.when(pl.col("top_ern") > pl.col("ern")).then(pl.col("top_role")).alias("role")
+        )
+    )
+    phase = (
+        pl.when(pl.col("role") == DRAFT_ROLE)
+        .then(pl.lit(DRAFT_ROLE))
+        .when(pl.col("role").is_in(list(PREFILL_ROLES)) & pl.col("named").is_in(list(ACCELERABLE)))
+        .then(pl.col("role"))
+        .otherwise(pl.col("named"))
+        .alias("phase")
+    )
+    return roled.select(
+        "id", "gtid", "pid", "s", "e", phase, "depth", "named", "role", "srn", "ern"
+    )
 
 
 def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
@@ -333,10 +415,10 @@ def phase_ranges(con: duckdb.DuckDBPyConnection, rules: PhaseRules) -> pl.DataFr
     """The phase ranges of *rules* as a frame: :data:`PHASE_RANGE_COLUMNS` (see
     :func:`phase_ranges_sql`)."""
     # The flags' window functions took 2.1-2.9 s each in DuckDB at 20M kernels (one sort per
-    # partition key, single-threaded per thread's partition); Polars's sorted groups: 2 s less
-    # in all (docs/performance.md#issue-35-sixth-session-the-launched-ops-summed-in-smaller-
-    # slices). tests/test_phase_map.py holds them equal to the SQL's.
-    frame: pl.DataFrame = con.sql(_effective_ranges_sql(rules)).pl()
+    # partition key, single-threaded per thread's partition), the nesting's numbering and
+    # as-of join 4.6 s; in Polars all of it takes half the time (docs/performance.md#issue-35-
+    # seventh-session-the-nesting-in-polars). tests/test_phase_map.py holds it equal to the SQL.
+    frame = _effective_ranges(con, rules)
     return frame.with_columns(_COUNTED, _LEAF).select(PHASE_RANGE_COLUMNS.split(", "))
 
 
