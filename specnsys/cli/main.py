@@ -1,7 +1,7 @@
 """``specnsys`` entry point: argument parsing, error-to-exit-code mapping, warning display.
 
-Exit status: 0 success; 2 bad input or usage, or an output that cannot be written (one line
-on stderr); 3 an internal error (a bug: one line, full traceback with ``SPECNSYS_DEBUG=1``);
+Exit status: 0 success; 2 bad input or usage, an output that cannot be written, or a failure
+beside an analysis library older than specnsys declares (one line on stderr); 3 an internal error (a bug: one line, full traceback with ``SPECNSYS_DEBUG=1``);
 4 out of memory (one line naming the limit that was hit); 130 interrupted (SIGINT, Ctrl-C);
 143 terminated (SIGTERM, 128 + 15, the shell's convention). Both signals end a command the same
 way: the interrupt is raised where the command is, its ``finally`` blocks clean up, and one
@@ -354,6 +354,12 @@ def _exit_status(exc: BaseException) -> int:
     if os.environ.get("SPECNSYS_DEBUG"):
         raise exc
     detail = " ".join(str(exc).split()) or "no message"
+    from specnsys.cli.library_floors import too_old_message
+
+    # not a bug of ours when Polars, DuckDB or Arrow is older than specnsys declares it needs
+    outdated = too_old_message(f"{type(exc).__name__}: {detail}")
+    if outdated is not None:
+        return _print_error(outdated, EXIT_BAD_INPUT)
     print(
         f"specnsys: internal error: {type(exc).__name__}: {detail} "
         "(a bug; rerun with SPECNSYS_DEBUG=1 for the traceback)",
