@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specnsys.cli import library_floors
+from specnsys import library_floors
 from specnsys.cli.main import _exit_status
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_a_failure_beside_an_old_polars_names_it_instead_of_a_bug(
     err = capsys.readouterr().err
     assert err == (
         "specnsys: error: polars 1.25.2 is older than the 1.32 specnsys needs: upgrade it with "
-        "pip install 'polars>=1.32' (the command failed with RuntimeError: shapes don't match: "
+        "pip install 'polars>=1.32' (it failed with RuntimeError: shapes don't match: "
         "expected 268 elements in 'is_in' comparison, got 1)\n"
     )
 
@@ -80,3 +80,24 @@ def test_with_current_libraries_a_failure_is_still_an_internal_error(
 )
 def test_a_release_is_its_leading_numbers(version: str, release: tuple[int, ...]) -> None:
     assert library_floors._release(version) == release
+
+
+@pytest.mark.parametrize(("polars", "says"), [
+    ("1.25.2", "polars 1.25.2 is older than the 1.32 specnsys needs: upgrade it with pip install "
+               "'polars>=1.32' (it failed with RuntimeError: shapes don't match"),
+    ("2.1.0", "internal error: RuntimeError: shapes don't match"),
+])  # fmt: skip
+def test_a_collect_trace_that_fails_beside_an_old_polars_says_so(
+    monkeypatch: pytest.MonkeyPatch, polars: str, says: str
+) -> None:
+    """collect records one line per failed trace: the same as the command line's."""
+    from specnsys.metrics import registry
+    from specnsys.runset import collect
+
+    def failing(*_: object) -> None:
+        raise FAILURE
+
+    monkeypatch.setattr(collect, "analyse_trace", failing)
+    _installed_as(monkeypatch, polars=polars)
+    outcome = collect._safe("run.sqlite", {}, {}, registry.registered())
+    assert isinstance(outcome, str) and outcome.startswith(says), outcome

@@ -354,7 +354,7 @@ def _exit_status(exc: BaseException) -> int:
     if os.environ.get("SPECNSYS_DEBUG"):
         raise exc
     detail = " ".join(str(exc).split()) or "no message"
-    from specnsys.cli.library_floors import too_old_message
+    from specnsys.library_floors import too_old_message
 
     # not a bug of ours when Polars, DuckDB or Arrow is older than specnsys declares it needs
     outdated = too_old_message(f"{type(exc).__name__}: {detail}")

@@ -32,6 +32,7 @@ from specnsys.attribution.window import parse_window
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
 from specnsys.ingest.cache import tmp_prefix
 from specnsys.ingest.connection import HAND_BACK_PREFIX
+from specnsys.library_floors import too_old_message
 from specnsys.metrics import registry
 from specnsys.metrics.registry import Metric
 from specnsys.runset.dataset import Dataset, RunRecord, Settings, run_id_of
@@ -143,7 +144,8 @@ def _safe(
     except MemoryError:
         return "out of memory while analysing"
     except Exception as exc:  # noqa: BLE001 - one trace's bug must not lose the others
-        return f"internal error: {type(exc).__name__}: {exc}".splitlines()[0]
+        failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return too_old_message(failure) or f"internal error: {failure}"
 
 
 Job = tuple[str, Settings, dict[str, str]]

@@ -4,10 +4,12 @@ pip enforces the floors of ``pyproject.toml`` when it installs specnsys, but an 
 assembled otherwise (``--no-deps``, a conda environment, a library downgraded later) can hold
 an older release: Polars before 1.32 fails on every trace (``is_in`` and categorical changes),
 DuckDB before 1.4 on its first query (settings and scoping the analysis uses). The failure is
-then a Polars or DuckDB exception that reads like a specnsys bug. Looked up only after a command
-failed unexpectedly (:func:`specnsys.cli.main._exit_status`), so that the answer costs nothing
-on a run that succeeds; the floors are read from specnsys's own installed metadata, so they are
-the ones ``pyproject.toml`` declares, not a second copy.
+then a Polars or DuckDB exception that reads like a specnsys bug. Looked up only after a
+command, or one trace of ``collect``, failed unexpectedly (:func:`specnsys.cli.main._exit_status`,
+:func:`specnsys.runset.collect._safe`), so that the answer costs nothing on a run that succeeds;
+the floors are read from specnsys's own installed metadata, so they are the ones
+``pyproject.toml`` declares, not a second copy. A base module: the command line and the run
+sets both use it.
 """
 
 from __future__ import annotations
@@ -73,4 +75,4 @@ def too_old_message(failure: str) -> str | None:
         return None
     found = ", ".join(f"{lib} {have} is older than the {need} specnsys needs" for lib, have, need in old)
     upgrade = " ".join(f"'{lib}>={need}'" for lib, _, need in old)
-    return f"{found}: upgrade it with pip install {upgrade} (the command failed with {failure})"
+    return f"{found}: upgrade it with pip install {upgrade} (it failed with {failure})"
