@@ -73,6 +73,8 @@ def too_old_message(failure: str) -> str | None:
     old = too_old()
     if not old:
         return None
-    found = ", ".join(f"{lib} {have} is older than the {need} specnsys needs" for lib, have, need in old)
+    found = ", ".join(
+        f"{lib} {have} is older than the {need} specnsys needs" for lib, have, need in old
+    )
     upgrade = " ".join(f"'{lib}>={need}'" for lib, _, need in old)
     return f"{found}: upgrade it with pip install {upgrade} (it failed with {failure})"

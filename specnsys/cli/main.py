@@ -1,7 +1,8 @@
 """``specnsys`` entry point: argument parsing, error-to-exit-code mapping, warning display.
 
 Exit status: 0 success; 2 bad input or usage, an output that cannot be written, or a failure
-beside an analysis library older than specnsys declares (one line on stderr); 3 an internal error (a bug: one line, full traceback with ``SPECNSYS_DEBUG=1``);
+beside an analysis library older than specnsys declares (one line on stderr); 3 an internal
+error (a bug: one line, full traceback with ``SPECNSYS_DEBUG=1``);
 4 out of memory (one line naming the limit that was hit); 130 interrupted (SIGINT, Ctrl-C);
 143 terminated (SIGTERM, 128 + 15, the shell's convention). Both signals end a command the same
 way: the interrupt is raised where the command is, its ``finally`` blocks clean up, and one
