@@ -116,8 +116,28 @@ def duckdb_config(export_bytes: int, scratch: Path | None) -> DuckdbConfig:
     }
 
 
+class DatabaseHandover:
+    """Where :func:`build_model` leaves its DuckDB database instead of closing it, for the
+    trace's analyses to go on with (``connection``; None when the build could not hand it
+    over). A new DuckDB database costs 15-20 ms of CPU (its catalog of built-in functions is
+    made anew) and its close 3-4 ms: a cold open of a small trace made two, a build's and
+    an analysis's, about 8 % of what ``collect`` spends per small trace
+    (docs/performance.md#issue-35-eighth-session-one-duckdb-database-per-cold-open).
+
+    The database is handed over empty of what the build made (its tables dropped; what it
+    registered went with the cursors that registered it, or was unregistered) and with the
+    build's settings reset to DuckDB's defaults: the analysis sets its own on top, as on a
+    new database."""
+
+    def __init__(self) -> None:
+        self.connection: duckdb.DuckDBPyConnection | None = None
+
+
 def build_model(
-    export: SqliteExport, parquet_folder: Path | None = None, notes: BuildNotes | None = None
+    export: SqliteExport,
+    parquet_folder: Path | None = None,
+    notes: BuildNotes | None = None,
+    handover: DatabaseHandover | None = None,
 ) -> dict[str, pa.Table] | None:
     """Read the source tables the model needs and build the model's tables.
 
@@ -126,11 +146,13 @@ def build_model(
     streamed (see :data:`ROW_LOCAL_SOURCE`), so memory does not grow with the export beyond
     the model that is returned. An OSError while writing propagates, so the caller can fall
     back to memory. What the rows hold that the model cannot (names whose string id is not
-    in ``StringIds``) is counted into *notes*.
+    in ``StringIds``) is counted into *notes*. With *handover*, a build that succeeds leaves
+    its DuckDB database there (:class:`DatabaseHandover`) instead of closing it.
     """
     notes = notes if notes is not None else BuildNotes()
     import pyarrow as pa
 
+    built_ok = False
     scratch = _scratch_folder(parquet_folder)
     prep_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specnsys-prep")
     # DuckDB (its import, the connection, the strings) is set up on a thread of its own
@@ -168,6 +190,7 @@ def build_model(
             # follows allocates in Polars and DuckDB, so they are handed back now (kept, they
             # raised the cold analysis' peak memory; docs/performance.md#build).
             pa.default_memory_pool().release_unused()
+        built_ok = True
         return None if parquet_folder is not None else built
     except Exception as exc:
         translated = _build_error(exc, export)
@@ -177,9 +200,42 @@ def build_model(
     finally:
         prep_pool.shutdown(wait=True, cancel_futures=True)
         if db_ready.done() and not db_ready.cancelled() and db_ready.exception() is None:
-            db_ready.result().con.close()
+            con = db_ready.result().con
+            kept = False
+            try:
+                kept = built_ok and handover is not None and _emptied(con)
+            finally:
+                if kept and handover is not None:
+                    handover.connection = con
+                else:
+                    con.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _emptied(con: duckdb.DuckDBPyConnection) -> bool:
+    """Drop the tables the build made in *con* and reset the settings it gave it
+    (:func:`duckdb_config`); False, the database not to be reused, where DuckDB refuses (a
+    build that spilled cannot switch its temporary folder)."""
+    import duckdb
+
+    try:
+        names = con.execute(
+            "SELECT table_name FROM duckdb_tables() "
+            "WHERE database_name = 'memory' AND schema_name = 'main' AND NOT temporary"
+        ).fetchall()
+        for (name,) in names:
+            con.execute(f"DROP TABLE {_quoted(str(name))}")
+        for setting in duckdb_config(0, None):
+            con.execute(f"RESET {setting}")
+    except duckdb.Error:
+        return False
+    return True
+
+
+def _quoted(name: str) -> str:
+    """*name* as a DuckDB identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _build_error(exc: Exception, export: SqliteExport) -> Exception | None:

@@ -54,8 +54,14 @@ def _sweep_scratch() -> None:
     cache.sweep_stale(Path(tempfile.gettempdir()), SCRATCH_PREFIXES)
 
 
-def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConnection:
+def analysis_connection(
+    export_bytes: int | None = None, reuse: duckdb.DuckDBPyConnection | None = None
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection for analyses: quiet, bounded, spilling into a private temp folder.
+
+    *reuse*: a connection to an empty database with DuckDB's default settings (a build's,
+    :class:`~specnsys.ingest.build.DatabaseHandover`), set up here instead of a new one, which
+    costs 15-20 ms of CPU; closed, and a new one made, if DuckDB refuses a setting.
 
     DuckDB draws a progress bar on stdout for queries over about two seconds (on a large
     trace that corrupts ``--json`` output), and spills to ``.tmp`` in the working directory by
@@ -67,26 +73,40 @@ def analysis_connection(export_bytes: int | None = None) -> duckdb.DuckDBPyConne
     import duckdb
 
     _sweep_scratch()
-    con = interruptible(duckdb.connect())
-    con.execute("SET enable_progress_bar = false")
-    # An ASOF join whose left side DuckDB estimates under 64 rows runs as a nested loop
-    # over both sides; the estimate of a CTE over the phase ranges is often ~15 rows when
-    # there are hundreds of thousands, and the decode steps' ASOF join then took 82 s
-    # instead of 0.7 s (docs/performance.md#attribution-and-metrics). Always the ASOF join.
-    con.execute("SET asof_loop_join_threshold = 0")
-    # DuckDB keeps what a query freed in its allocator's caches (flushed only past 128 MB per
-    # task): the phase ranges' query left 300 MB resident after its frame was dropped (2M-kernel
-    # bench export). Flushed after each task past 4 MB, by background threads: the cold
-    # analysis peaked at 1.23 GB against 1.36-1.45 GB, in the same time
-    # (docs/performance.md#memory-of-an-analysis).
-    con.execute("SET allocator_flush_threshold = '4MB'")
-    con.execute("SET allocator_background_threads = true")
-    if export_bytes is not None:
-        limit = duckdb_memory_limit(export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN)
-        con.execute("SET memory_limit = ?", [limit])
-    spill = Path(tempfile.gettempdir()) / f"{cache.tmp_prefix(SPILL_PREFIX)}{uuid.uuid4().hex[:8]}"
-    con.execute("SET temp_directory = ?", [str(spill)])
-    return con
+    if reuse is not None:
+        with contextlib.suppress(duckdb.Error):  # closed by _set_up: a new one below
+            return _set_up(reuse, export_bytes)
+    return _set_up(duckdb.connect(), export_bytes)
+
+
+def _set_up(con: duckdb.DuckDBPyConnection, export_bytes: int | None) -> duckdb.DuckDBPyConnection:
+    """*con* (a new database's, or one as empty and with DuckDB's defaults) with the
+    analysis settings (see :func:`analysis_connection`); closed if DuckDB refuses one."""
+    with closed_on_error(interruptible(con)):
+        con.execute("SET enable_progress_bar = false")
+        # An ASOF join whose left side DuckDB estimates under 64 rows runs as a nested loop
+        # over both sides; the estimate of a CTE over the phase ranges is often ~15 rows when
+        # there are hundreds of thousands, and the decode steps' ASOF join then took 82 s
+        # instead of 0.7 s (docs/performance.md#attribution-and-metrics). Always the ASOF join.
+        con.execute("SET asof_loop_join_threshold = 0")
+        # DuckDB keeps what a query freed in its allocator's caches (flushed only past 128 MB
+        # per task): the phase ranges' query left 300 MB resident after its frame was dropped
+        # (2M-kernel bench export). Flushed after each task past 4 MB, by background threads:
+        # the cold analysis peaked at 1.23 GB against 1.36-1.45 GB, in the same time
+        # (docs/performance.md#memory-of-an-analysis).
+        con.execute("SET allocator_flush_threshold = '4MB'")
+        con.execute("SET allocator_background_threads = true")
+        if export_bytes is not None:
+            limit = duckdb_memory_limit(
+                export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN
+            )
+            con.execute("SET memory_limit = ?", [limit])
+        spill = (
+            Path(tempfile.gettempdir())
+            / f"{cache.tmp_prefix(SPILL_PREFIX)}{uuid.uuid4().hex[:8]}"
+        )
+        con.execute("SET temp_directory = ?", [str(spill)])
+        return con
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specnsys.ingest import cache
-from specnsys.ingest.build import BuildNotes, build_model
+from specnsys.ingest.build import BuildNotes, DatabaseHandover, build_model
 from specnsys.ingest.connection import analysis_connection, closed_on_error, model_views
 from specnsys.ingest.input_file import file_identity, require_unchanged, validate_sqlite_file
 from specnsys.ingest.nsys_rep import export_report_if_needed
@@ -98,8 +98,9 @@ def _built_into(
     """The model built into the new entry *tmp*, summarized, and committed as *folder*."""
     identity, version = read
     notes = BuildNotes()
-    build_model(export, tmp, notes)
-    with closed_on_error(analysis_connection(identity[0])) as con:
+    handover = DatabaseHandover()
+    build_model(export, tmp, notes, handover)
+    with closed_on_error(analysis_connection(identity[0], handover.connection)) as con:
         summary = _noted(
             summarize(
                 model_views(con, tmp, None), version, export.tables,
@@ -118,10 +119,11 @@ def _built_in_memory(export: SqliteExport, read: _Read) -> OpenedModel:
     """The model built in memory (no usable cache), summarized on the trace's connection."""
     identity, version = read
     notes = BuildNotes()
-    tables = build_model(export, None, notes)
+    handover = DatabaseHandover()
+    tables = build_model(export, None, notes, handover)
     assert tables is not None
-    require_unchanged(export.path, identity)
-    with closed_on_error(analysis_connection(identity[0])) as con:
+    with closed_on_error(analysis_connection(identity[0], handover.connection)) as con:
+        require_unchanged(export.path, identity)
         summary = _noted(
             summarize(
                 model_views(con, None, tables), version, export.tables,
