@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 from specnsys.errors import BadInputError
 from specnsys.ingest.arrow_values import StringLookup, arrow_frame, decoded, to_arrow
-from specnsys.ingest.databases import emptied, new_database
 from specnsys.ingest.interrupts import interruptible
 from specnsys.ingest.memory_limits import (
     BUILD_MEMORY_FRACTION,
@@ -204,7 +203,7 @@ def build_model(
             con = db_ready.result().con
             kept = False
             try:
-                kept = built_ok and handover is not None and emptied(con)
+                kept = built_ok and handover is not None and _emptied(con)
             finally:
                 if kept and handover is not None:
                     handover.connection = con
@@ -212,6 +211,31 @@ def build_model(
                     con.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _emptied(con: duckdb.DuckDBPyConnection) -> bool:
+    """Drop the tables the build made in *con* and reset the settings it gave it
+    (:func:`duckdb_config`); False, the database not to be reused, where DuckDB refuses (a
+    build that spilled cannot switch its temporary folder)."""
+    import duckdb
+
+    try:
+        names = con.execute(
+            "SELECT table_name FROM duckdb_tables() "
+            "WHERE database_name = 'memory' AND schema_name = 'main' AND NOT temporary"
+        ).fetchall()
+        for (name,) in names:
+            con.execute(f"DROP TABLE {_quoted(str(name))}")
+        for setting in duckdb_config(0, None):
+            con.execute(f"RESET {setting}")
+    except duckdb.Error:
+        return False
+    return True
+
+
+def _quoted(name: str) -> str:
+    """*name* as a DuckDB identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _build_error(exc: Exception, export: SqliteExport) -> Exception | None:
@@ -241,7 +265,11 @@ class _BuildDb:
 
 
 def _open_build_db(export: SqliteExport, scratch: Path | None) -> _BuildDb:
-    con = interruptible(new_database(duckdb_config(export.path.stat().st_size, scratch)))
+    import duckdb
+
+    con = interruptible(
+        duckdb.connect(config=duckdb_config(export.path.stat().st_size, scratch))
+    )
     try:
         con.execute("SET enable_progress_bar = false")  # a library must not draw on stderr
         strings = export.read_tables([(STRINGS.table, STRINGS.columns, STRINGS.with_rowid)])[0]

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from specnsys.ingest import cache
 from specnsys.ingest.build import SCRATCH_PREFIX
-from specnsys.ingest.databases import new_database
 from specnsys.ingest.interrupts import interruptible
 from specnsys.ingest.memory_limits import (
     ANALYSIS_MEMORY_FRACTION,
@@ -77,7 +76,7 @@ def analysis_connection(
     if reuse is not None:
         with contextlib.suppress(duckdb.Error):  # closed by _set_up: a new one below
             return _set_up(reuse, export_bytes)
-    return _set_up(new_database(), export_bytes)
+    return _set_up(duckdb.connect(), export_bytes)
 
 
 def _set_up(con: duckdb.DuckDBPyConnection, export_bytes: int | None) -> duckdb.DuckDBPyConnection:

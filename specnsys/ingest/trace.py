@@ -27,7 +27,6 @@ from specnsys.ingest.connection import (
     analysis_connection,
     model_views,
 )
-from specnsys.ingest.databases import close_database
 from specnsys.ingest.memory_limits import explicit_memory_limit
 from specnsys.ingest.readonly_sql import check_read_only
 from specnsys.ingest.summary import TraceSummary, require_plausible_times
@@ -166,7 +165,7 @@ class Trace:
     def close(self) -> None:
         self._closed = True
         if self._con is not None:
-            close_database(self._con)  # kept for the next trace inside databases.reusing()
+            self._con.close()
         for removal in self._removals:
             removal()
 

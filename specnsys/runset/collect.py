@@ -32,7 +32,6 @@ from specnsys.attribution.window import parse_window
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
 from specnsys.ingest.cache import tmp_prefix
 from specnsys.ingest.connection import HAND_BACK_PREFIX
-from specnsys.ingest.databases import reusing
 from specnsys.library_floors import too_old_message
 from specnsys.metrics import registry
 from specnsys.metrics.registry import Metric
@@ -139,10 +138,7 @@ def _safe(
     ones included: they replace the worker's), a failure returned as its one-line reason."""
     try:
         registry.adopt(metrics)
-        # With no registered metric only specnsys's code has the trace's connection: its
-        # DuckDB database can go to the worker's next trace (specnsys.ingest.databases).
-        with reusing() if not metrics else contextlib.nullcontext():
-            return analyse_trace(trace, settings, labels)
+        return analyse_trace(trace, settings, labels)
     except SpecnsysError as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     except MemoryError:
