@@ -230,6 +230,43 @@ def test_summary_and_capabilities(trace: specnsys.Trace) -> None:
     assert not caps["os_runtime"] and not caps["cpu_samples"]
 
 
+def test_summary_nvtx_facts_equal_one_query_each(tmp_path: Path, isolated_cache: Path) -> None:
+    """The summary reads the NVTX kinds, domains and specnsys counts in one grouped query
+    (summary._NvtxGroups): each equals its own query on the model, on a trace with several
+    domains, rows without a domain or text, proposed/accepted marks in and out of the
+    specnsys domain, and a second creation of the domain."""
+    b = NsysExportBuilder()
+    b.process(7, "python3")
+    b.thread(7, 7, "python3")
+    b.domain(1, "specnsys", pid=7, tid=7)
+    b.domain(2, "other", pid=7, tid=7)
+    b.domain(3, "specnsys", pid=7, tid=7)  # created twice
+    b.push_pop(100, 200, "draft", pid=7, tid=7, domain_id=1)
+    b.start_end(100, 300, "request", pid=7, tid=7, domain_id=1)
+    b.push_pop(110, 120, "draft", pid=7, tid=7, domain_id=2)
+    b.push_pop(130, 140, "unnamed-domain", pid=7, tid=7)
+    b.mark(150, "accepted", pid=7, tid=7, domain_id=1, payload_int=2)
+    b.mark(151, "proposed", pid=7, tid=7, domain_id=1, payload_int=4)
+    b.mark(152, "accepted", pid=7, tid=7, domain_id=2, payload_int=1)
+    b.mark(153, "tokens", pid=7, tid=7, domain_id=1, payload_int=1)
+    with specnsys.open(b.write(tmp_path / "groups.sqlite")) as trace:
+        con, s = trace.connection, trace.summary
+        kinds = con.execute("SELECT kind, count(*) FROM nvtx GROUP BY kind ORDER BY kind")
+        assert list(s.nvtx_kinds.items()) == [(str(k), n) for k, n in kinds.fetchall()]
+        domains = con.execute(
+            "SELECT DISTINCT domain FROM nvtx WHERE domain IS NOT NULL ORDER BY domain"
+        ).fetchall()
+        assert s.nvtx_domains == [d for (d,) in domains] and len(s.nvtx_domains) == 2
+        ranges, marks = con.execute(
+            "SELECT count(*) FILTER (WHERE kind IN ('push_pop', 'start_end') "
+            "AND domain = 'specnsys'), count(*) FILTER (WHERE kind = 'mark' "
+            "AND domain = 'specnsys' AND text IN ('proposed', 'accepted')) FROM nvtx"
+        ).fetchall()[0]
+    assert (ranges, marks) == (2, 2)
+    assert s.capabilities["specnsys_phases"].reason == f"{ranges} ranges in the specnsys domain"
+    assert s.capabilities["acceptance_marks"].reason == f"{marks} proposed/accepted marks"
+
+
 def test_missing_tables_give_typed_empty_tables(tmp_path: Path) -> None:
     b = NsysExportBuilder()
     b.thread(7, 7, "main")
