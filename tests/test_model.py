@@ -267,6 +267,21 @@ def test_summary_nvtx_facts_equal_one_query_each(tmp_path: Path, isolated_cache:
     assert s.capabilities["acceptance_marks"].reason == f"{marks} proposed/accepted marks"
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_summary_row_counts_are_the_models_rows(
+    tmp_path: Path, isolated_cache: Path, use_cache: bool
+) -> None:
+    """The build counts the rows it writes and the summary takes them (a statement fewer):
+    each equals a count of the model table, built into the cache or in memory."""
+    with specnsys.open(_spec_trace(tmp_path), use_cache=use_cache) as t:
+        counted = {
+            name: t.connection.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0]
+            for name in MODEL_TABLES
+        }
+        assert t.summary.row_counts == counted
+        assert counted["nvtx"] > 0 and counted["kernels"] == 1
+
+
 def test_missing_tables_give_typed_empty_tables(tmp_path: Path) -> None:
     b = NsysExportBuilder()
     b.thread(7, 7, "main")

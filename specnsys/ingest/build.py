@@ -65,6 +65,9 @@ class BuildNotes:
     def __init__(self) -> None:
         self._dangling: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self.rows: dict[str, int] = {}
+        """Rows of each model table built: the summary's row counts without a query of its
+        own (a statement costs 1-3 ms on a small trace; the counts of 14 tables, 4.5 ms)."""
 
     def count_dangling(self, table: str, raw: pa.Table, model: pa.Table) -> None:
         import pyarrow.compute as pc
@@ -180,8 +183,10 @@ def build_model(
                     parts = (part for _, part in group)
                     if parquet_folder is None:
                         built[table.name] = pa.concat_tables([decoded(p) for p in parts])
+                        notes.rows[table.name] = built[table.name].num_rows
                     else:
-                        write_parquet(parts, parquet_folder / f"{table.name}.parquet")
+                        path = parquet_folder / f"{table.name}.parquet"
+                        notes.rows[table.name] = write_parquet(parts, path)
                     for src in _side_sources(table):
                         db_ready.result().con.execute(f"DROP TABLE IF EXISTS {src.alias}")
         finally:

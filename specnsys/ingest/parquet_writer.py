@@ -22,12 +22,14 @@ if TYPE_CHECKING:  # pyarrow loads when a model is built: a warm run skips it
 PARQUET_COMPRESSION = "lz4"
 
 
-def write_parquet(slices: Iterable[pa.Table], target: Path) -> None:
-    """Write *slices* (same columns) to one Parquet file, a row group per slice, as they come."""
+def write_parquet(slices: Iterable[pa.Table], target: Path) -> int:
+    """Write *slices* (same columns) to one Parquet file, a row group per slice, as they come;
+    the number of rows written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     writer: pq.ParquetWriter | None = None
+    rows = 0
     try:
         for part in slices:
             if writer is None:
@@ -59,6 +61,8 @@ def write_parquet(slices: Iterable[pa.Table], target: Path) -> None:
             elif part.schema != writer.schema:
                 part = part.cast(writer.schema)
             writer.write_table(part)
+            rows += part.num_rows
     finally:
         if writer is not None:
             writer.close()
+    return rows

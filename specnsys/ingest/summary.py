@@ -6,6 +6,7 @@ instead of producing a number the trace cannot back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -148,18 +149,23 @@ def summarize(
     version: SchemaVersion,
     source_tables: list[str],
     model_tables: list[str],
+    row_counts: Mapping[str, int] | None = None,
 ) -> TraceSummary:
     """Summarize a trace whose model tables are visible in *con* under their model names.
 
     ``source_row_counts`` maps each source table read to its row count; the model keeps every
     source row, so these are the model's counts (the corpus tests check them against SQLite).
+    *row_counts*: the model tables' rows as the build counted them (else counted here).
     """
     from specnsys.ingest.model import MODEL
 
-    # one statement for every table's count (and no result is left unfinished: the
-    # connection goes on to serve the trace's analyses)
-    each = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t}" for t in model_tables)
-    counts = {str(t): int(n) for t, n in con.execute(each).fetchall()}
+    if row_counts is not None and set(model_tables) <= set(row_counts):
+        counts = {t: int(row_counts[t]) for t in model_tables}
+    else:
+        # one statement for every table's count (and no result is left unfinished: the
+        # connection goes on to serve the trace's analyses)
+        each = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t}" for t in model_tables)
+        counts = {str(t): int(n) for t, n in con.execute(each).fetchall()}
     source_row_counts = {
         t.counts_source: counts[t.name]
         for t in MODEL

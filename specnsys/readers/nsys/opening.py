@@ -104,7 +104,7 @@ def _built_into(
         summary = _noted(
             summarize(
                 model_views(con, tmp, None), version, export.tables,
-                list(MODEL_TABLES),
+                list(MODEL_TABLES), notes.rows,
             ),
             export, notes,
         )  # fmt: skip
@@ -127,7 +127,7 @@ def _built_in_memory(export: SqliteExport, read: _Read) -> OpenedModel:
         summary = _noted(
             summarize(
                 model_views(con, None, tables), version, export.tables,
-                list(MODEL_TABLES),
+                list(MODEL_TABLES), notes.rows,
             ),
             export, notes,
         )  # fmt: skip
