@@ -124,8 +124,8 @@ class DatabaseHandover:
     trace's analyses to go on with (``connection``; None when the build could not hand it
     over). A new DuckDB database costs 15-20 ms of CPU (its catalog of built-in functions is
     made anew) and its close 3-4 ms: a cold open of a small trace made two, a build's and
-    an analysis's, about 8 % of what ``collect`` spends per small trace
-    (docs/performance.md#issue-35-eighth-session-one-duckdb-database-per-cold-open).
+    an analysis's, about 8 % of what ``collect`` spends per small trace (docs/performance.md,
+    "Issue 35, eighth session").
 
     The database is handed over empty of what the build made (its tables dropped; what it
     registered went with the cursors that registered it, or was unregistered) and with the
