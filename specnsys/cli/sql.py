@@ -38,6 +38,7 @@ from specnsys.errors import UsageError
 from specnsys.ingest import cache, open_trace
 from specnsys.ingest.arrow_values import to_arrow
 from specnsys.ingest.readonly_sql import check_output_path, lock_down
+from specnsys.ingest.sqlite_reader import quote_identifier
 from specnsys.small_files import write_files
 
 if TYPE_CHECKING:
@@ -241,8 +242,6 @@ def _unique_columns(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelatio
     return _project(relation, lambda _: False, unique)
 
 
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _project(
@@ -253,7 +252,7 @@ def _project(
     """*relation*'s columns by position, those *as_text* picks cast to VARCHAR."""
     names = names or list(relation.columns)
     columns = [
-        f"#{i}{'::VARCHAR' if as_text(kind) else ''} AS {_quoted(name)}"
+        f"#{i}{'::VARCHAR' if as_text(kind) else ''} AS {quote_identifier(name)}"
         for i, (kind, name) in enumerate(zip(relation.types, names, strict=True), start=1)
     ]
     return relation.project(", ".join(columns))

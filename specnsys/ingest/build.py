@@ -49,7 +49,7 @@ from specnsys.ingest.model import (
 from specnsys.ingest.normalize import NormalizeContext, NvtxContext, ValuesOutOfRange
 from specnsys.ingest.nvtx_nesting import nvtx_nesting
 from specnsys.ingest.parquet_writer import write_parquet
-from specnsys.ingest.sqlite_reader import RawColumn, SliceRead, SqliteExport
+from specnsys.ingest.sqlite_reader import RawColumn, SliceRead, SqliteExport, quote_identifier
 
 if TYPE_CHECKING:  # DuckDB and pyarrow load when a model is built: a warm run skips both
     import duckdb
@@ -230,7 +230,7 @@ def _emptied(con: duckdb.DuckDBPyConnection) -> bool:
             "WHERE database_name = 'memory' AND schema_name = 'main' AND NOT temporary"
         ).fetchall()
         for (name,) in names:
-            con.execute(f"DROP TABLE {_quoted(str(name))}")
+            con.execute(f"DROP TABLE {quote_identifier(str(name))}")
         for setting in duckdb_config(0, None):
             con.execute(f"RESET {setting}")
     except duckdb.Error:
@@ -238,9 +238,6 @@ def _emptied(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
-def _quoted(name: str) -> str:
-    """*name* as a DuckDB identifier."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _build_error(exc: Exception, export: SqliteExport) -> Exception | None:

@@ -170,7 +170,8 @@ def readonly_uri(path: Path) -> str:
     return f"file:{quoted}?mode=ro&immutable=1"
 
 
-def _quote(identifier: str) -> str:
+def quote_identifier(identifier: str) -> str:
+    """*identifier* double-quoted, its quotes doubled: a name as SQLite and DuckDB read it."""
     return '"' + identifier.replace('"', '""') + '"'
 
 
@@ -223,7 +224,7 @@ class SqliteExport:
             return []
         cached = self._tables[table]
         if cached is None:
-            rows = self._query(f"PRAGMA table_info({_quote(table)})")
+            rows = self._query(f"PRAGMA table_info({quote_identifier(table)})")
             cached = [str(row[1]) for row in rows]
             self._tables[table] = cached
         return list(cached)
@@ -365,22 +366,22 @@ class SqliteExport:
             typed_row.append("0 AS __rowid")
             schema_fields.append(pa.field("__rowid", pa.int64()))
         for col in columns:
-            sources = [_quote(name) for name in col.sources() if name in present]
+            sources = [quote_identifier(name) for name in col.sources() if name in present]
             if not sources:
                 continue
             value = sources[0] if len(sources) == 1 else f"COALESCE({', '.join(sources)})"
             sql_type, constant = _SQL_TYPES[col.kind]
             if col.kind == "text":
-                converted = f"CAST({value} AS {sql_type}) AS {_quote(col.name)}"
+                converted = f"CAST({value} AS {sql_type}) AS {quote_identifier(col.name)}"
                 plain.append(converted)
             else:
-                converted = f"{_exact(value, sql_type)} AS {_quote(col.name)}"
-                plain.append(f"{value} AS {_quote(col.name)}")
+                converted = f"{_exact(value, sql_type)} AS {quote_identifier(col.name)}"
+                plain.append(f"{value} AS {quote_identifier(col.name)}")
                 counts.append(_inexact_count(value))
                 present_sources = [n for n in col.sources() if n in present]
                 labels.append(f"{table}.{'/'.join(present_sources)}")
             cast.append(converted)
-            typed_row.append(f"{constant} AS {_quote(col.name)}")  # names come from here
+            typed_row.append(f"{constant} AS {quote_identifier(col.name)}")  # names come from here
             schema_fields.append(pa.field(col.name, _raw_arrow_type(col.kind)))
         schema = pa.schema(schema_fields)
         if table not in self._tables or not plain:
@@ -390,14 +391,14 @@ class SqliteExport:
         def query(select: list[str], rowids: str = "") -> str:
             return (
                 f"SELECT {', '.join(typed_row)} UNION ALL SELECT {', '.join(select)} "
-                f"FROM {_quote(table)} WHERE 1{condition}{rowids}"
+                f"FROM {quote_identifier(table)} WHERE 1{condition}{rowids}"
             )
 
         def both(rowids: str = "") -> SliceQuery:
             # only whole-table reads count: a filtered read of rows the model reads again
             # (NVTX definitions, ranges) would count them twice
             inexact = (
-                f"SELECT {', '.join(counts)} FROM {_quote(table)} WHERE 1{rowids}"
+                f"SELECT {', '.join(counts)} FROM {quote_identifier(table)} WHERE 1{rowids}"
                 if counts and where is None
                 else None
             )
@@ -414,7 +415,7 @@ class SqliteExport:
         # to a query with one aggregate, and ``SELECT min(rowid), max(rowid)`` scans the whole
         # table (serial, before any read; docs/performance.md#reading-the-export).
         lo, hi = self._query(
-            f"SELECT (SELECT min(rowid) FROM {_quote(table)}), (SELECT max(rowid) FROM {_quote(table)})"
+            f"SELECT (SELECT min(rowid) FROM {quote_identifier(table)}), (SELECT max(rowid) FROM {quote_identifier(table)})"
         )[0]
         if lo is None or hi is None:
             return [""]

@@ -29,6 +29,7 @@ from specnsys.ingest.connection import (
 )
 from specnsys.ingest.memory_limits import explicit_memory_limit
 from specnsys.ingest.readonly_sql import check_read_only
+from specnsys.ingest.sqlite_reader import quote_identifier
 from specnsys.ingest.summary import TraceSummary, require_plausible_times
 from specnsys.model import MODEL_TABLES
 
@@ -192,7 +193,7 @@ def _drop_temporary_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     if not names:
         return
     for name in names:
-        con.execute(f"DROP TABLE IF EXISTS temp.main.{_quoted(name)}")
+        con.execute(f"DROP TABLE IF EXISTS temp.main.{quote_identifier(name)}")
     shadowed = [n for n in names if n in MODEL_TABLES]
     warnings.warn(
         f"{path}: an earlier query made temporary table(s) {', '.join(names)}"
@@ -203,8 +204,6 @@ def _drop_temporary_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     )
 
 
-def _quoted(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
 
 
 def open_trace(path: str | Path, *, use_cache: bool = True) -> Trace:
