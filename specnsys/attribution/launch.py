@@ -34,7 +34,7 @@ from specnsys.attribution.phase_map import (
     phase_ranges_sql,
 )
 from specnsys.attribution.rules import PhaseRules, default_rules, resolve_rules
-from specnsys.ingest.keys import all_pack, packed_key
+from specnsys.ingest.keys import all_distinct, all_pack, packed_key
 from specnsys.vocabulary import API_CALL_EVENT_CLASSES, DOMAIN, LAUNCH_NAME_PATTERN, PHASES
 
 if TYPE_CHECKING:
@@ -270,10 +270,11 @@ def _one_call_per_key(
     """*calls* with one launching call per key: where an id is shared by several calls, the
     earliest wins (ties by end, thread, then name: calls equal in all four are equal in every
     column kept, so the pick never depends on the unspecified row order)."""
-    distinct = calls.select(
-        pl.struct(call_keys).n_unique() if len(call_keys) > 1 else pl.col(call_keys[0]).n_unique()
-    )
-    if int(distinct.item()) == calls.height:
+    if len(call_keys) > 1:
+        distinct = int(calls.select(pl.struct(call_keys).n_unique()).item()) == calls.height
+    else:
+        distinct = all_distinct(calls, call_keys[0])
+    if distinct:
         return calls
     if not {"api_end", "api_name"} <= set(calls.columns):  # lean: the order needs them (rare)
         full = attributed_runtime(trace, index, pid, details=True)

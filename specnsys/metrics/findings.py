@@ -43,6 +43,7 @@ from specnsys.attribution.context import attribution_context
 from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import OP_KIND, UNANNOTATED
 from specnsys.attribution.phase_map import lookup_phase
+from specnsys.ingest.keys import all_distinct
 from specnsys.metrics.events import Scope
 from specnsys.results import to_dict
 from specnsys.vocabulary import API_CALL_EVENT_CLASSES, LAUNCH_NAME_PATTERN
@@ -157,8 +158,7 @@ def _launch_calls(trace: Trace, mine: pl.Expr) -> pl.LazyFrame:
             pl.col("global_tid").cast(_I64).alias("api_gtid"),
         )
     )
-    ids, rows = calls.select(pl.col("c").n_unique(), pl.len()).collect().row(0)
-    if ids == rows:  # one call per id (the usual): nothing to pick
+    if all_distinct(calls, "c"):  # one call per id (the usual): nothing to pick
         return calls
     return calls.group_by("c").agg(
         pl.col("api_start").min(),
