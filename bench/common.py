@@ -427,6 +427,7 @@ class Run:
     stdout: str
     stderr: str
     killed_for_memory: bool = False
+    cpu_s: float | None = None  # user + system time; None when killed before it could be read
 
     @property
     def timed_out(self) -> bool:
@@ -455,17 +456,18 @@ def session_rss_mb(sid: int) -> float:
     return total / 2**20
 
 
-#: Runs the measured command and writes its own peak RSS to a file. ``ru_maxrss`` of a
-#: process forked from a large one includes the parent's memory at the fork (Linux records the
-#: old address space's high-water mark at exec), so the command is spawned by this small
-#: interpreter instead of by the benchmark process itself.
+#: Runs the measured command and writes its own peak RSS and CPU time (user and system, of it
+#: and the children it waited for) to a file. ``ru_maxrss`` of a process forked from a large
+#: one includes the parent's memory at the fork (Linux records the old address space's
+#: high-water mark at exec), so the command is spawned by this small interpreter instead of by
+#: the benchmark process itself.
 LAUNCHER = """
 import os, sys
 out, argv = sys.argv[1], sys.argv[2:]
 pid = os.posix_spawnp(argv[0], argv, os.environ)
 _, status, usage = os.wait4(pid, 0)
 with open(out, "w") as handle:
-    handle.write(str(usage.ru_maxrss))
+    handle.write(f"{usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
 code = os.waitstatus_to_exitcode(status)
 sys.exit(code if code >= 0 else 128 - code)
 """
@@ -539,12 +541,15 @@ def run_measured(
     wall = time.perf_counter() - started
     for reader in readers:
         reader.join(timeout=10)
-    try:
-        peak = int(rss_file.read_text()) / 1024 if code is not None else seen_mb
-    except (OSError, ValueError):
-        peak = seen_mb
+    peak, cpu = seen_mb, None
+    if code is not None:
+        try:
+            maxrss, cpu_text = rss_file.read_text().split()
+            peak, cpu = int(maxrss) / 1024, float(cpu_text)
+        except (OSError, ValueError):
+            pass
     rss_file.unlink(missing_ok=True)
-    return Run(wall, peak, code, captured["out"], captured["err"], over_memory)
+    return Run(wall, peak, code, captured["out"], captured["err"], over_memory, cpu)
 
 
 def load_average() -> str:

@@ -6,6 +6,9 @@ all in the same run with the file in the page cache:
 
 - bare scan: the ``sqlite3`` shell totalling every column specnsys reads (the floor for any
   reader that goes through SQLite);
+- specnsys reader alone: specnsys's own SQLite reader over the same sources, every slice
+  dropped as it arrives (``bench/reader_floor.py``): what turning SQLite's values into Arrow
+  costs before the build does anything with them;
 - specnsys cold: ``specnsys analyze --json`` (``phases --json`` on builds without ``analyze``)
   with an empty cache: export -> model -> cache -> attribution -> metrics;
 - specnsys ingest only: a cold ``specnsys.open`` (how much of the cold run is ingest);
@@ -15,8 +18,10 @@ all in the same run with the file in the page cache:
   (``bench/pandas_attribution.py``), with a timeout and an address-space cap; its per-phase
   times are checked against specnsys's.
 
-Each contender runs in its own process; wall time and peak RSS come from ``wait4`` (that
-process and its children). The load average is printed with each size: other work on the
+Each contender runs in its own process; wall time, peak RSS and CPU time (user + system) come
+from ``wait4`` (that process and its children). The cold run's CPU time divided by the cores is
+the least wall time any schedule of that work could take on this machine: printed beside the
+goal, it says how much of the cold/bare ratio parallelism could still remove. The load average is printed with each size: other work on the
 machine slows every contender, so compare ratios within one size. ``--repeat N`` runs the bare
 scan and the three specnsys runs in turn N times and reports each one's median run and every
 repetition's cold/bare ratio (this machine's speed drifts by up to 30% within the hour).
@@ -120,12 +125,20 @@ def measure(kernels: int, args: argparse.Namespace, analysis: list[str]) -> dict
     # With --repeat, bare scan, cold, warm and cold open run in turn N times, so that each
     # repetition's ratios come from the same minutes of a machine whose speed drifts; the
     # row keeps each contender's median run and every repetition's cold/bare ratio.
-    repeats: dict[str, list[Run]] = {"bare": [], "cold": [], "warm": [], "ingest": []}
+    repeats: dict[str, list[Run]] = {
+        "bare": [], "reader": [], "cold": [], "warm": [], "ingest": []
+    }  # fmt: skip
     cmd, script = bare_scan_command(path)
     for _ in range(args.repeat):
         repeats["bare"].append(run_measured(cmd, stdin=script, timeout=args.timeout))
         cache = Path(tempfile.mkdtemp(prefix="specnsys-scale-cache-"))
         env = {**os.environ, "SPECNSYS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+        repeats["reader"].append(
+            run_measured(
+                [sys.executable, str(HERE / "reader_floor.py"), str(path)],
+                env=env, timeout=args.timeout, rss_cap_mb=cap,
+            )  # fmt: skip
+        )
         try:
             for key in ("cold", "warm"):
                 repeats[key].append(
@@ -193,6 +206,7 @@ def measure(kernels: int, args: argparse.Namespace, analysis: list[str]) -> dict
             "peak_rss_mb": run.peak_rss_mb,
             "returncode": run.returncode,
             "killed_for_memory": run.killed_for_memory,
+            "cpu_s": run.cpu_s,
         }
         if not run.ok and not run.timed_out:
             row[key]["error"] = (run.stderr.strip().splitlines() or ["?"])[-1][:200]
@@ -215,6 +229,8 @@ def _fmt_run(row: dict, key: str, ref: float | None, ref_name: str, size: int) -
     if r["returncode"] is None:
         return f"> {r['wall_s']:.0f} s (timed out), peak RSS >= {r['peak_rss_mb']:.0f} MiB"
     text = f"{r['wall_s']:8.2f} s   peak RSS {r['peak_rss_mb']:6.0f} MiB ({r['peak_rss_mb'] * 2**20 / size:.2f}x file)"
+    if r.get("cpu_s") is not None:
+        text += f"   CPU {r['cpu_s']:6.2f} s"
     if r["returncode"] != 0:
         return text + f"   FAILED (exit {r['returncode']}: {r.get('error', '')})"
     if ref:
@@ -233,8 +249,14 @@ def report(row: dict, analysis_name: str) -> str:
         f"   load average before {row['load_before']}, after {row['load_after']} "
         f"({os.cpu_count()} cores)",
         f"   {'bare sqlite3 scan of the columns read':<40}{_fmt_run(row, 'bare', None, '', size)}",
+        *(
+            [f"   {'specnsys reader alone (rows dropped)':<40}"
+             f"{_fmt_run(row, 'reader', bare, 'bare scan', size)}"]
+            if "reader" in row else []
+        ),  # fmt: skip
         f"   {f'specnsys {analysis_name} cold':<40}"
         f"{_fmt_run(row, 'cold', bare, 'bare scan', size)}   (goal <= 2x, issue 35)",
+        *_floor_lines(row),
         *(
             [
                 f"   {'  cold/bare of each repetition':<40}"
@@ -275,6 +297,21 @@ def report(row: dict, analysis_name: str) -> str:
     if "pandas_check" in row:
         lines.append(f"   {'pandas vs specnsys phase times':<40}{row['pandas_check']}")
     return "\n".join(lines)
+
+
+def _floor_lines(row: dict) -> list[str]:
+    """The cold run's CPU time against the bare scan's, and the least wall time that CPU time
+    allows on this machine's cores (no schedule of the same work runs faster)."""
+    cold, bare = row["cold"], row["bare"]
+    if cold["returncode"] != 0 or not cold.get("cpu_s") or not bare.get("cpu_s"):
+        return []
+    cores = os.cpu_count() or 1
+    least = cold["cpu_s"] / cores
+    return [
+        f"   {'  cold CPU time, and the least wall':<40}{cold['cpu_s']:8.2f} CPU-s = "
+        f"{cold['cpu_s'] / bare['cpu_s']:.1f}x the bare scan's; on {cores} cores at least "
+        f"{least:.2f} s = {least / bare['wall_s']:.2f}x the bare scan's wall"
+    ]
 
 
 def scaling(rows: list[dict]) -> str:
