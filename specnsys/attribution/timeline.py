@@ -774,14 +774,19 @@ def _kernel_names(
     clipped = pl.min_horizontal("end", pl.lit(we, _I64)) - pl.max_horizontal(
         "start", pl.lit(ws, _I64)
     )
+    # Grouped by the codes first (the ops carry their names as categories), named after:
+    # a missing name and a kernel called "(unnamed kernel)" are one row, as they always were.
+    sums = (pl.col("count").sum(), pl.col("ns").sum())
     frame = (
         ops.lazy()
         .filter(in_window & (pl.col("op_kind") == "kernel"))
+        .group_by("phase", "name")
+        .agg(pl.len().cast(_I64).alias("count"), clipped.sum().cast(_I64).alias("ns"))
         .group_by(
             pl.col("phase").cast(pl.String).fill_null(UNANNOTATED),
-            pl.col("name").fill_null("(unnamed kernel)"),
+            pl.col("name").cast(pl.String).fill_null("(unnamed kernel)"),
         )
-        .agg(pl.len().cast(_I64).alias("count"), clipped.sum().cast(_I64).alias("ns"))
+        .agg(*sums)
         .sort(["phase", "name"])
         .collect()
     )
