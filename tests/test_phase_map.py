@@ -92,6 +92,32 @@ def test_polars_islands_equal_the_sql_islands(intervals) -> None:
         assert k1 != k2 or b1 < a2
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 8)), max_size=40),
+    st.sampled_from([(pl.Int8, 1), (pl.String, "x"), (pl.Categorical, "y")]),
+)
+def test_islands_of_one_key_equal_the_sql_and_banded_islands(intervals, key) -> None:
+    """Every interval of one key (the findings' busy and queued ops: an Int8 literal): the
+    one-key path gives the SQL's islands, in the banded path's types."""
+    dtype, value = key
+    frame = pl.DataFrame(
+        [(value, s, s + n) for s, n in intervals],
+        schema={"k": dtype, "s": pl.Int64, "e": pl.Int64},
+        orient="row",
+    )
+    ours = islands_frame(frame, "k")
+    con = duckdb.connect()
+    con.register("src", frame.with_columns(pl.col("k").cast(pl.String)).to_arrow())
+    theirs = sorted(con.execute(islands_sql("src", "k")).fetchall())
+    assert sorted(ours.with_columns(pl.col("k").cast(pl.String)).iter_rows()) == theirs
+    # a second key sends the same intervals through the banded path: same islands, same types
+    other = pl.lit(2 if dtype == pl.Int8 else "z", dtype)
+    banded = islands_frame(pl.concat([frame, frame.head(1).with_columns(other.alias("k"))]), "k")
+    assert banded.filter(pl.col("k") == pl.lit(value, dtype)).sort("a").equals(ours.sort("a"))
+    assert ours.schema == banded.schema
+
+
 @st.composite
 def nvtx_rows(draw: st.DrawFn) -> list[tuple[int, int, int, int | None, str, int | None]]:
     """NVTX push/pop rows on 1-2 threads, nested or not (a malformed trace's crossing ranges

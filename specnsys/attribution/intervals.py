@@ -44,14 +44,29 @@ def islands_frame(frame: pl.DataFrame | pl.LazyFrame, key: str) -> pl.DataFrame:
     When the times fit, every key's intervals are shifted into a band of their own on one
     time axis (``key code x span``), so a single sort on start and a single running max serve
     all keys at once: no per-key window, which is what the memory peak of a 20M-op timeline
-    was. Otherwise (or for an empty input) the per-key version runs."""
+    was. Otherwise (or for an empty input) the per-key version runs.
+
+    Intervals of one key (the findings' busy and queued ops) need no band and no key code:
+    only their times are sorted (at 20M ops the key code was a dense rank, a sort of its own,
+    and the key and its code went through the main sort beside the times)."""
     lazy = frame.lazy()
     key_type = lazy.collect_schema()[key]
-    code = pl.col(key).to_physical() if isinstance(key_type, pl.Categorical) else pl.col(key).rank("dense")
-    lo, hi, top = lazy.select(
-        pl.col("s").min(), pl.col("e").max(), code.max().cast(pl.Int64)
-    ).collect().row(0)
-    if lo is None or hi is None or top is None:
+    physical = pl.col(key).to_physical()
+    lo, hi, least, most, missing, value = lazy.select(
+        pl.col("s").min(), pl.col("e").max(), physical.min().alias("_least"),
+        physical.max().alias("_most"), pl.col(key).null_count().alias("_missing"),
+        pl.col(key).first().alias("_value"),
+    ).collect().row(0)  # fmt: skip
+    if lo is None or hi is None:
+        return _islands_per_key(lazy, key, key_type)
+    if least == most and missing == 0:
+        return _islands_of_one_key(lazy, key, pl.lit(value, key_type))
+    if isinstance(key_type, pl.Categorical):  # its codes are the band numbers
+        code, top = physical, most
+    else:
+        code = pl.col(key).rank("dense")
+        top = lazy.select(code.max().cast(pl.Int64)).collect().item()
+    if top is None:
         return _islands_per_key(lazy, key, key_type)
     band = int(hi) - int(lo) + 1
     if (int(top) + 1) * band >= 2**62:
@@ -68,6 +83,25 @@ def islands_frame(frame: pl.DataFrame | pl.LazyFrame, key: str) -> pl.DataFrame:
         .with_columns(pl.when("_opens").then(pl.col("_s")).forward_fill().alias("_a"))
         .filter(pl.col("_opens").shift(-1).fill_null(True))
         .select(key, (pl.col("_a") - offset).alias("a"), (pl.col("_run") - offset).alias("b"))
+        .collect()
+    )
+
+
+def _islands_of_one_key(lazy: pl.LazyFrame, key: str, value: pl.Expr) -> pl.DataFrame:
+    """:func:`islands_frame` of intervals whose *key* is *value* for all (none NULL): the same
+    sort on start and running max, over the times alone; the key is added to the islands.
+    The times come out as the banded path's do (shifted by an Int64 offset, here 0)."""
+    zero = pl.lit(0, pl.Int64)
+    prev = pl.col("_run").shift(1)
+    opens = prev.is_null() | (pl.col("_s") > prev)
+    return (
+        lazy.select((pl.col("s") + zero).alias("_s"), (pl.col("e") + zero).alias("_e"))
+        .sort("_s")  # ties on start need no order: a later equal start never opens an island
+        .select("_s", pl.col("_e").cum_max().alias("_run"))
+        .with_columns(opens.alias("_opens"))
+        .with_columns(pl.when("_opens").then(pl.col("_s")).forward_fill().alias("_a"))
+        .filter(pl.col("_opens").shift(-1).fill_null(True))
+        .select(value.alias(key), pl.col("_a").alias("a"), pl.col("_run").alias("b"))
         .collect()
     )
 
