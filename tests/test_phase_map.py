@@ -159,3 +159,30 @@ def test_phase_ranges_frame_equals_its_sql(rows) -> None:
     theirs = con.sql(f"SELECT {PHASE_RANGE_COLUMNS} FROM ({phase_ranges_sql(rules)})").pl()
     assert ours.schema == theirs.schema
     assert ours.rows() == theirs.sort("id").rows()
+
+
+@settings(max_examples=150, deadline=None)
+@given(nvtx_rows())
+def test_change_points_placed_by_rank_equal_the_sorted_ones(rows) -> None:
+    """:func:`phase_change_points` places :func:`phase_ranges`'s boundaries by their ranks
+    (``srn``/``ern``) instead of sorting them: on nested, crossing, tied, unclosed and
+    depth-less ranges of two threads it gives what the sort gives, and so does a subset of
+    the ranges (whose ranks have gaps: it sorts)."""
+    from specnsys.attribution.phase_map import phase_ranges
+    from specnsys.attribution.rules import default_rules
+
+    con = duckdb.connect()
+    con.execute(
+        'CREATE TABLE nvtx (id BIGINT, global_tid BIGINT, pid BIGINT, start BIGINT, "end" BIGINT, '
+        "kind VARCHAR, depth BIGINT, text VARCHAR, domain VARCHAR)"
+    )
+    if rows:
+        con.executemany(
+            "INSERT INTO nvtx VALUES (?, ?, 7, ?, ?, 'push_pop', ?, ?, 'specnsys')",
+            [(i, g, s, e, d, text) for i, g, s, e, text, d in rows],
+        )
+    ranges = phase_ranges(con, default_rules())
+    placed = phase_change_points(ranges)
+    assert placed.equals(phase_change_points(ranges.drop("srn", "ern")))
+    subset = ranges.filter(pl.col("id") % 3 != 0)
+    assert phase_change_points(subset).equals(phase_change_points(subset.drop("srn", "ern")))

@@ -280,29 +280,30 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
     # stack of properly nested ranges. The end comes before the depth: depths count one NVTX
     # domain's stack each, so they do not compare across domains, while a range of any domain
     # nested in another's time ends no later than it.
-    ri = pl.int_range(pl.len(), dtype=pl.UInt32).alias("ri")
-    order = ["gtid", "t", "is_start", "k1", "k2", "k3"]
-    events = (
-        pl.concat(
-            [
-                r.select(
-                    "gtid", pl.col("s").alias("t"), pl.lit(1, pl.Int8).alias("is_start"),
-                    (-pl.col("e").fill_null(_OPEN)).alias("k1"), pl.col("depth").alias("k2"),
-                    pl.col("id").alias("k3"), ri,
-                ),
-                r.select(
-                    "gtid", pl.col("e").alias("t"), pl.lit(0, pl.Int8).alias("is_start"),
-                    (-pl.col("s")).alias("k1"), (-pl.col("depth")).alias("k2"),
-                    (-pl.col("id")).alias("k3"), ri,
-                ).filter(pl.col("t").is_not_null()),
-            ]
-        )  # fmt: skip
-        .sort(order, nulls_last=True)
-        .select("gtid", "t", "is_start", "ri")
-        .with_row_index("rn")
-        .with_columns(
-            (pl.col("is_start").cast(pl.Int32) * 2 - 1).cum_sum().over("gtid").alias("lvl")
+    ordered = _placed_boundaries(ranges, r)
+    if ordered is None:
+        ri = pl.int_range(pl.len(), dtype=pl.UInt32).alias("ri")
+        order = ["gtid", "t", "is_start", "k1", "k2", "k3"]
+        ordered = (
+            pl.concat(
+                [
+                    r.select(
+                        "gtid", pl.col("s").alias("t"), pl.lit(1, pl.Int8).alias("is_start"),
+                        (-pl.col("e").fill_null(_OPEN)).alias("k1"), pl.col("depth").alias("k2"),
+                        pl.col("id").alias("k3"), ri,
+                    ),
+                    r.select(
+                        "gtid", pl.col("e").alias("t"), pl.lit(0, pl.Int8).alias("is_start"),
+                        (-pl.col("s")).alias("k1"), (-pl.col("depth")).alias("k2"),
+                        (-pl.col("id")).alias("k3"), ri,
+                    ).filter(pl.col("t").is_not_null()),
+                ]
+            )  # fmt: skip
+            .sort(order, nulls_last=True)
+            .select("gtid", "t", "is_start", "ri")
         )
+    events = ordered.with_row_index("rn").with_columns(
+        (pl.col("is_start").cast(pl.Int32) * 2 - 1).cum_sum().over("gtid").alias("lvl")
     )
     # The innermost range after each boundary: the last start of the thread (this one, for a
     # start) whose level equals the level after the boundary -- one as-of join. Tie-safe: its
@@ -333,6 +334,55 @@ def phase_change_points(ranges: pl.DataFrame) -> pl.DataFrame:
         .select(list(CHANGE_POINT_SCHEMA))
         .sort("t", maintain_order=True)
     )
+
+
+def _placed_boundaries(ranges: pl.DataFrame, r: pl.DataFrame) -> pl.DataFrame | None:
+    """The boundaries of *r* (``gtid, t, is_start, ri``) in :func:`phase_change_points`'s
+    total order without sorting them, when *ranges* carries :func:`phase_ranges`'s ``srn`` and
+    ``ern`` (each boundary's place in its thread's order, the same order: 1, 2, ... over the
+    thread's starts and closed ends); None when it does not, or when the places are not those
+    of every boundary (a caller's subset of the ranges): the caller sorts.
+
+    Threads come in ascending ``gtid``, each from the offset of the boundaries before it; each
+    column is scattered to its places (at 20M kernels the sort of 20M boundaries by six keys
+    was half of the change points' time)."""
+    if not {"srn", "ern"} <= set(ranges.columns) or ranges.height == 0:
+        return None
+    closed = r["e"].is_not_null()
+    places = ranges.select(
+        pl.col("srn").cast(_I64), pl.when(closed).then(pl.col("ern")).cast(_I64).alias("ern")
+    )
+    per_thread = (
+        r.select("gtid").with_columns(places).group_by("gtid")
+        .agg(
+            (pl.len() + pl.col("ern").count()).alias("n"),
+            pl.max_horizontal(pl.col("srn").max(), pl.col("ern").max()).alias("top"),
+            pl.col("srn").min().alias("low"),
+        )
+        .sort("gtid")
+    )  # fmt: skip
+    if per_thread.select(
+        ((pl.col("top") != pl.col("n")) | (pl.col("low") < 1)).any()
+    ).item() or per_thread["gtid"].null_count():
+        return None
+    offsets = dict(zip(per_thread["gtid"], per_thread["n"].cum_sum() - per_thread["n"], strict=True))
+    base = r["gtid"].replace_strict(offsets, return_dtype=_I64) - 1
+    at_start = base + places["srn"]
+    at_end = (base + places["ern"]).filter(closed)
+    total = int(per_thread["n"].sum())
+    ri = pl.int_range(r.height, dtype=pl.UInt32, eager=True)
+
+    def placed(name: str, starts: pl.Series, ends: pl.Series) -> pl.Series:
+        column = pl.Series(name, [None], dtype=starts.dtype).extend_constant(None, total - 1)
+        return column.scatter(at_start, starts).scatter(at_end, ends)
+
+    return pl.DataFrame([
+        placed("gtid", r["gtid"], r["gtid"].filter(closed)),
+        placed("t", r["s"], r["e"].filter(closed)),
+        placed("is_start", pl.repeat(1, r.height, dtype=pl.Int8, eager=True),
+               pl.repeat(0, int(closed.sum()), dtype=pl.Int8, eager=True)),
+        placed("ri", ri, ri.filter(closed)),
+    ])  # fmt: skip
 
 
 def lookup_phase(
