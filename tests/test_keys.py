@@ -29,6 +29,7 @@ def _counted(values: list[int | None]) -> bool:
         ([1, None, 1], False),  # a NULL must not hide the repeat around it
         ([1, None, 2], True),  # one NULL is one value
         ([None, 1, None], False),  # two NULLs are one value twice
+        ([0, 5 * 10**18, -5 * 10**18, 0], False),  # differences that overflow Int64
     ],
 )
 def test_all_distinct_on_chosen_columns(values: list[int | None], expected: bool) -> None:
