@@ -25,7 +25,14 @@ figures of each collect:
   hand-over of results, and idle workers at the end. It is a difference of two measured
   times: near zero, machine noise can make it come out slightly negative.
 
-The machine's core count bounds the speedup (``os.cpu_count()`` is printed).
+- ``CPU s`` and ``busy cores``: the command's user + system time (its pool's or
+  LocalCluster's processes included; not for ``tcp://``, whose workers outlive the command)
+  and that time over the wall time.
+
+The machine's core count bounds the speedup (``os.cpu_count()`` is printed), and so does the
+1-worker run's own parallelism: its analyses' Polars and DuckDB threads already keep more
+than one core busy, so two workers doing the same work gain at most ``cores / busy cores`` of
+it (printed beside each speedup).
 
 Usage:
   python bench/collect.py [--traces 48] [--repeat 1] [--no-dask]
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -47,8 +55,17 @@ from pathlib import Path
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 
-def _run(args: list[str], cache: Path) -> float:
+def _children_cpu() -> float:
+    """User + system seconds of this process's waited-for children (and theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(args: list[str], cache: Path) -> tuple[float, float]:
+    """Wall time and CPU time of ``specnsys *args*`` (its pool's or cluster's processes
+    included: the command waits for them)."""
     env = {**os.environ, "SPECNSYS_CACHE_DIR": str(cache)}
+    cpu = _children_cpu()
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "specnsys", *args], env=env, capture_output=True, text=True
@@ -56,7 +73,7 @@ def _run(args: list[str], cache: Path) -> float:
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"specnsys {' '.join(args)} failed: {done.stderr.strip()}")
-    return wall
+    return wall, _children_cpu() - cpu
 
 
 _WORK = """
@@ -86,7 +103,8 @@ def _work_per_trace(traces: list[Path]) -> float:
 
 def _run_tcp(args: list[str], workers: int, cache: Path) -> float:
     """*args* with ``--dask`` at a tcp:// scheduler of *workers* worker processes started
-    here (their cache folder *cache*); the wall time of the command only."""
+    here (their cache folder *cache*); the wall time of the command only (the workers' CPU
+    time is not the command's: they outlive it)."""
     from distributed import LocalCluster
 
     os.environ["SPECNSYS_CACHE_DIR"] = str(cache)  # the worker processes inherit it
@@ -95,7 +113,7 @@ def _run_tcp(args: list[str], workers: int, cache: Path) -> float:
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         ) as cluster:
-            return _run([*args, "--dask", cluster.scheduler_address], cache)
+            return _run([*args, "--dask", cluster.scheduler_address], cache)[0]
     finally:
         del os.environ["SPECNSYS_CACHE_DIR"]
 
@@ -136,12 +154,13 @@ def main() -> None:
             contenders["collect dask tcp, 1 worker"] = ["tcp", "1"]
             contenders["collect dask tcp, 2 workers"] = ["tcp", "2"]
         walls: dict[str, list[float]] = {name: [] for name in ["analyze (one trace)", *contenders]}
+        cpus: dict[str, list[float]] = {name: [] for name in contenders}
         works: list[float] = []
         for rep in range(args.repeat):
             works.append(_work_per_trace(traces[:9]))
             singles = []
             for i, trace in enumerate(traces[:8]):
-                singles.append(_run(["analyze", str(trace)], root / f"cache-a{rep}-{i}"))
+                singles.append(_run(["analyze", str(trace)], root / f"cache-a{rep}-{i}")[0])
             walls["analyze (one trace)"].append(statistics.median(singles))
             for name, extra in contenders.items():
                 tag = f"{rep}-{name.replace(' ', '_').replace(',', '')}"
@@ -149,25 +168,38 @@ def main() -> None:
                 if extra[0] == "tcp":
                     walls[name].append(_run_tcp(command, int(extra[1]), root / f"cache-{tag}"))
                 else:
-                    walls[name].append(_run([*command, *extra], root / f"cache-{tag}"))
+                    wall, cpu = _run([*command, *extra], root / f"cache-{tag}")
+                    walls[name].append(wall)
+                    cpus[name].append(cpu)
         single = statistics.median(walls["analyze (one trace)"])
         work = statistics.median(works)
         print(f"\nwork per trace (analyse_trace, imports paid, cold cache, median of 8): "
               f"{work:.3f} s")
-        print(f"{'contender':<32}{'wall s':>9}{'traces/s':>10}{'x analyze':>11}{'overhead s':>12}")
+        print(f"{'contender':<32}{'wall s':>9}{'traces/s':>10}{'x analyze':>11}{'overhead s':>12}"
+              f"{'CPU s':>8}{'busy cores':>12}")
         print(f"{'analyze (one trace, median of 8)':<32}{single:>9.2f}{1 / single:>10.2f}"
               f"{1.0:>11.2f}{single - work:>12.3f}")
         medians = {name: statistics.median(w) for name, w in walls.items()}
+        cpu_of = {name: statistics.median(c) for name, c in cpus.items() if c}
         for name in contenders:
             wall = medians[name]
             per = wall / len(traces)
             workers = 2 if "2 workers" in name else 1
+            cpu = cpu_of.get(name)
+            busy = f"{cpu:>8.2f}{cpu / wall:>12.2f}" if cpu is not None else f"{'n/a':>8}{'':>12}"
             print(f"{name:<32}{wall:>9.2f}{len(traces) / wall:>10.2f}{per / single:>11.2f}"
-                  f"{per * workers - work:>12.3f}")
+                  f"{per * workers - work:>12.3f}{busy}")
+        cores = os.cpu_count() or 1
         for kind in ("pool", "dask local", "dask tcp"):
             one, two = f"collect {kind}, 1 worker", f"collect {kind}, 2 workers"
             if one in medians and two in medians:
-                print(f"{kind}: 2 workers / 1 worker throughput = {medians[one] / medians[two]:.2f}x")
+                line = f"{kind}: 2 workers / 1 worker throughput = {medians[one] / medians[two]:.2f}x"
+                if one in cpu_of:
+                    # the same work on every core at once is the most 2 workers can gain
+                    line += (f" (the 1-worker run kept {cpu_of[one] / medians[one]:.2f} cores busy: "
+                             f"on {cores} cores the same work gains at most "
+                             f"{cores * medians[one] / cpu_of[one]:.2f}x)")
+                print(line)
     print(f"load average after {os.getloadavg()}")
 
 
