@@ -582,7 +582,9 @@ def _gpu_part(
 ) -> tuple[pl.DataFrame, dict[str, Fraction], int]:
     """Per phase its GPU busy time and the floor of its GPU share; the exact shares; the
     union of GPU activity."""
-    gpu_union = int(segments.filter(pl.col("n") > 0)["len"].sum())
+    # the busy segments' total, not a filtered copy of every segment (at 2M kernels that
+    # copy was the cold analysis's high-water mark)
+    gpu_union = int(segments.select(pl.col("len").filter(pl.col("n") > 0).sum()).item())
     shares = _gpu_shares(islands, segments)
     floors = {phase: math.floor(share) for phase, share in shares.items()}
     gpu = islands.group_by("phase").agg(
