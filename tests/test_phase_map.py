@@ -134,16 +134,9 @@ def nvtx_rows(draw: st.DrawFn) -> list[tuple[int, int, int, int | None, str, int
     return rows
 
 
-@settings(max_examples=150, deadline=None)
-@given(nvtx_rows())
-def test_phase_ranges_frame_equals_its_sql(rows) -> None:
-    """:func:`phase_ranges` computes the nesting (boundary order, spans, roles, effective
-    phase) and the ``counted`` and ``leaf`` flags in Polars (the SQL's window functions and
-    as-of join were 9 s of the 20M-kernel analysis); the lanes and step tables still read
-    :func:`phase_ranges_sql`: both must give every range the same columns, types and values."""
-    from specnsys.attribution.phase_map import PHASE_RANGE_COLUMNS, phase_ranges, phase_ranges_sql
-    from specnsys.attribution.rules import default_rules
-
+def _nvtx_connection(rows: list[tuple[int, int, int, int | None, str, int | None]]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection whose ``nvtx`` table holds *rows* (:func:`nvtx_rows`) as push/pop
+    ranges of process 7 in the specnsys domain."""
     con = duckdb.connect()
     con.execute(
         'CREATE TABLE nvtx (id BIGINT, global_tid BIGINT, pid BIGINT, start BIGINT, "end" BIGINT, '
@@ -154,6 +147,20 @@ def test_phase_ranges_frame_equals_its_sql(rows) -> None:
             "INSERT INTO nvtx VALUES (?, ?, 7, ?, ?, 'push_pop', ?, ?, 'specnsys')",
             [(i, g, s, e, d, text) for i, g, s, e, text, d in rows],
         )
+    return con
+
+
+@settings(max_examples=150, deadline=None)
+@given(nvtx_rows())
+def test_phase_ranges_frame_equals_its_sql(rows) -> None:
+    """:func:`phase_ranges` computes the nesting (boundary order, spans, roles, effective
+    phase) and the ``counted`` and ``leaf`` flags in Polars (the SQL's window functions and
+    as-of join were 9 s of the 20M-kernel analysis); the lanes and step tables still read
+    :func:`phase_ranges_sql`: both must give every range the same columns, types and values."""
+    from specnsys.attribution.phase_map import PHASE_RANGE_COLUMNS, phase_ranges, phase_ranges_sql
+    from specnsys.attribution.rules import default_rules
+
+    con = _nvtx_connection(rows)
     rules = default_rules()
     ours = phase_ranges(con, rules).sort("id")
     theirs = con.sql(f"SELECT {PHASE_RANGE_COLUMNS} FROM ({phase_ranges_sql(rules)})").pl()
@@ -171,16 +178,7 @@ def test_change_points_placed_by_rank_equal_the_sorted_ones(rows) -> None:
     from specnsys.attribution.phase_map import phase_ranges
     from specnsys.attribution.rules import default_rules
 
-    con = duckdb.connect()
-    con.execute(
-        'CREATE TABLE nvtx (id BIGINT, global_tid BIGINT, pid BIGINT, start BIGINT, "end" BIGINT, '
-        "kind VARCHAR, depth BIGINT, text VARCHAR, domain VARCHAR)"
-    )
-    if rows:
-        con.executemany(
-            "INSERT INTO nvtx VALUES (?, ?, 7, ?, ?, 'push_pop', ?, ?, 'specnsys')",
-            [(i, g, s, e, d, text) for i, g, s, e, text, d in rows],
-        )
+    con = _nvtx_connection(rows)
     ranges = phase_ranges(con, default_rules())
     placed = phase_change_points(ranges)
     assert placed.equals(phase_change_points(ranges.drop("srn", "ern")))
