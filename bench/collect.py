@@ -29,7 +29,7 @@ figures of each collect:
   LocalCluster's processes included; not for ``tcp://``, whose workers outlive the command)
   and that time over the wall time.
 
-The machine's core count bounds the speedup (``os.cpu_count()`` is printed), and so does the
+The machine's core count bounds the speedup (the cores it may use, by affinity and quota, are printed), and so does the
 1-worker run's own parallelism: its analyses' Polars and DuckDB threads already keep more
 than one core busy, so two workers doing the same work gain at most ``cores / busy cores`` of
 it (printed beside each speedup).
@@ -51,6 +51,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from specnsys.cores import usable_cores
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
@@ -137,7 +139,7 @@ def main() -> None:
     ap.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster runs")
     args = ap.parse_args()
     dask = not args.no_dask and importlib.util.find_spec("distributed") is not None
-    print(f"cpu_count {os.cpu_count()}  load average {os.getloadavg()}")
+    print(f"usable cores {usable_cores()}  load average {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="specnsys-bench-collect-") as tmp:
         root = Path(tmp)
         traces = _traces(root / "traces", args.traces)
@@ -189,7 +191,7 @@ def main() -> None:
             busy = f"{cpu:>8.2f}{cpu / wall:>12.2f}" if cpu is not None else f"{'n/a':>8}{'':>12}"
             print(f"{name:<32}{wall:>9.2f}{len(traces) / wall:>10.2f}{per / single:>11.2f}"
                   f"{per * workers - work:>12.3f}{busy}")
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         for kind in ("pool", "dask local", "dask tcp"):
             one, two = f"collect {kind}, 1 worker", f"collect {kind}, 2 workers"
             if one in medians and two in medians:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from specnsys.cores import usable_cores
 from specnsys.ingest.model import MODEL, STRINGS
 from specnsys.testing.builder import VM_BITS, create_tables
 
@@ -338,7 +339,7 @@ def build_export(path: Path, kernels: int, shape: Shape = Shape()) -> dict[str, 
     parts = {table: tmp.with_name(f"{tmp.name}.{table}") for table in fills}
     # One part file per big table, filled in parallel (sqlite3 releases the GIL while it
     # steps), then moved in with SQLite's transfer optimization (pages copied, not rows).
-    with ThreadPoolExecutor(max_workers=max(1, min(len(fills), os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(len(fills), usable_cores()))) as pool:
         list(pool.map(lambda t: _fill_part(parts[t], t, fills[t], shape, sid), fills))
     for table, part in parts.items():
         con.execute("ATTACH ? AS part", (str(part),))

@@ -36,6 +36,7 @@ from pathlib import Path
 from common import bare_scan_script, compile_specnsys, read_columns
 
 import specnsys
+from specnsys.cores import usable_cores
 from specnsys.testing.builder import VM_BITS, create_tables
 
 KERNELS_PER_STEP = 24
@@ -227,7 +228,7 @@ def main() -> int:
     print(
         f"export: {path.name}, {size_mb:.0f} MB, kernels {counts['kernels']:,}, "
         f"runtime {counts['runtime']:,}, nvtx {counts['nvtx']:,}; "
-        f"{os.cpu_count()} cores, median of {args.repeat}; its cache {cache_mb:.2f} MB"
+        f"{usable_cores()} cores, median of {args.repeat}; its cache {cache_mb:.2f} MB"
     )
     print(f"{'bare sqlite3 scan of the same columns':<44}{med(bare):8.2f} s   1.00x")
     print(

@@ -43,6 +43,7 @@ from common import Run, compile_specnsys, load_average, run_measured
 
 import specnsys
 from specnsys.attribution.projection import nvtx_gpu_projection
+from specnsys.cores import usable_cores
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -182,7 +183,7 @@ def table(rows: list[tuple[Load, Timings]], args: argparse.Namespace, loads: str
     )
     lines = [
         f"nsys stats -r {NSYS_REPORTS} vs specnsys ranges --instances; seconds, median of "
-        f"{args.repeat} run(s); {os.cpu_count()} cores, load average {loads}",
+        f"{args.repeat} run(s); {usable_cores()} cores, load average {loads}",
         "  nsys    = `nsys stats` CLI wall time (subprocess: its own start included)",
         "  cold    = `specnsys ranges --instances` CLI wall time, fresh cache folder "
         "(interpreter start + imports + ingest + projection + print)",

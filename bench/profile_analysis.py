@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ensure_export, load_average, run_measured
+from common import ensure_export, load_average, run_measured, usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,7 @@ def main() -> int:
     size = path.stat().st_size
     print(
         f"{path.name}: {size / 1e6:.0f} MB; cache built in {warmup.wall_s:.1f} s; "
-        f"load {load_average()} ({os.cpu_count()} cores)"
+        f"load {load_average()} ({usable_cores()} cores)"
     )
     print(
         f"{'step (own process, warm cache)':<32}{'open s':>8}{'step s':>9}{'peak RSS MB':>13}"

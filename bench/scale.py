@@ -55,6 +55,7 @@ from common import (
     ensure_export,
     load_average,
     run_measured,
+    usable_cores,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -247,7 +248,7 @@ def report(row: dict, analysis_name: str) -> str:
         f"== {row['export']}: {size / 1e6:,.0f} MB, kernels {row['kernels']:,}, runtime "
         f"{row['runtime']:,}, nvtx {row['nvtx']:,}{built}",
         f"   load average before {row['load_before']}, after {row['load_after']} "
-        f"({os.cpu_count()} cores)",
+        f"({usable_cores()} cores)",
         f"   {'bare sqlite3 scan of the columns read':<40}{_fmt_run(row, 'bare', None, '', size)}",
         *(
             [f"   {'specnsys reader alone (rows dropped)':<40}"
@@ -305,7 +306,7 @@ def _floor_lines(row: dict) -> list[str]:
     cold, bare = row["cold"], row["bare"]
     if cold["returncode"] != 0 or not cold.get("cpu_s") or not bare.get("cpu_s"):
         return []
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     least = cold["cpu_s"] / cores
     return [
         f"   {'  cold CPU time, and the least wall':<40}{cold['cpu_s']:8.2f} CPU-s = "

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn, TextIO, cast
 
 from specnsys.allocator import return_freed_memory
+from specnsys.cores import usable_cores
 from specnsys.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -304,7 +305,7 @@ def fit_to_address_space() -> int | None:
             f"{ADDRESS_SPACE_MIN >> 20} MiB that DuckDB, Polars and Arrow need to load: raise it "
             "or remove it"
         )
-    threads = max(1, min(os.cpu_count() or 1, limit >> 30))
+    threads = max(1, min(usable_cores(), limit >> 30))
     for variable in ("POLARS_MAX_THREADS", "RAYON_NUM_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(variable, str(threads))
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to cap

@@ -33,7 +33,6 @@ of the export.
 from __future__ import annotations
 
 import functools
-import os
 import sqlite3
 import threading
 import urllib.parse
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from specnsys.cores import usable_cores
 from specnsys.errors import BadInputError, SpecnsysWarning
 from specnsys.ingest.input_file import validate_sqlite_file
 
@@ -62,6 +62,12 @@ SLICE_ROWS = 250_000
 
 #: Slices read ahead of the consumer, beyond one per worker: bounds memory while reading.
 PREFETCH_EXTRA = 1
+
+
+def read_workers() -> int:
+    """The reader's threads when the caller names no count: one per usable core (the
+    affinity and CPU quota, :mod:`specnsys.cores`; not the host's cores)."""
+    return usable_cores()
 
 
 @dataclass(frozen=True)
@@ -303,7 +309,7 @@ class SqliteExport:
                 for query in queries:
                     yield index, functools.partial(self._read_slice, read, schema, query, bad_utf8)
 
-        workers = max(1, workers or os.cpu_count() or 1)
+        workers = max(1, workers or read_workers())
         todo = jobs()
         pending: deque[tuple[int, Future[pa.Table]]] = deque()
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="specnsys-read")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from specnsys.attribution.window import parse_window
+from specnsys.cores import usable_cores
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
 from specnsys.ingest.cache import tmp_prefix
 from specnsys.ingest.connection import HAND_BACK_PREFIX
@@ -262,6 +263,12 @@ def _hand_back_folder() -> Iterator[str | None]:
         yield folder
 
 
+def default_workers(jobs: int) -> int:
+    """Workers for *jobs* traces when the caller names no count: one per usable core, no
+    more than the traces, at least one."""
+    return max(1, min(jobs, usable_cores()))
+
+
 def _run_pool(
     jobs: list[Job], workers: int, metrics: tuple[Metric, ...]
 ) -> Iterator[tuple[Job, Outcome]]:
@@ -402,7 +409,7 @@ def collect(
     # ends on one of them while the other workers idle. The sort is stable: ties keep the
     # order the traces were found in.
     jobs.sort(key=lambda job: -sizes[job[0]])
-    n = workers or min(len(jobs), os.cpu_count() or 1) or 1
+    n = workers or default_workers(len(jobs))
     outcomes = (
         _run_dask(jobs, dask, n, metrics) if dask
         else _run_pool(jobs, n, metrics) if jobs else iter(())

@@ -1,0 +1,114 @@
+"""How many cores this process may use: what sizes specnsys's own pools of threads and workers.
+
+``os.cpu_count()`` counts every core of the host. A job pinned to a few of them (``taskset``,
+a Slurm allocation, ``docker --cpuset-cpus``) or given a CPU quota (``docker --cpus``, a
+Kubernetes limit: a cgroup's ``cpu.max``) gets less: sized by the host's count, ``collect``
+started a worker per host core on a 4-core allocation of a 64-core node, each holding an
+analysis's memory, and the export reader as many threads, all time-sliced on the few cores
+granted. Polars and DuckDB size their own pools the same way as here (Rust's
+``available_parallelism`` reads the affinity and the cgroup quota).
+
+A base module: the command line reads it before the analysis stack loads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["cgroup_cpu_limit", "usable_cores"]
+
+#: Where the kernel mounts the cgroup hierarchies, and this process's cgroup membership.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+
+#: Reads one cgroup folder's CPU quota, in cores (None: no quota there).
+_Reader = Callable[[Path], "float | None"]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, lowered to its cgroup's CPU
+    quota (rounded up: a quota of 1.5 cores keeps two threads busy part of the time), at
+    least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    if limit is not None:
+        cores = min(cores, max(1, math.ceil(limit)))
+    return max(1, cores)
+
+
+def cgroup_cpu_limit(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> float | None:
+    """The CPU quota, in cores, of this process's cgroup and every cgroup above it (the
+    least of them): cgroup v2's ``cpu.max``, or v1's ``cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``; None without a quota, or where the files cannot be read.
+
+    *root* is where the hierarchies are mounted and *membership* the process's
+    ``/proc/<pid>/cgroup``; a container sees its own cgroup at *root* itself while the
+    membership names the host's path, so the named path is tried and then *root*'s own."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        relative = path.strip().lstrip("/")
+        if hierarchy == "0" and not controllers:  # cgroup v2, the unified hierarchy
+            limits += _quotas(root, relative, _v2_quota)
+        elif "cpu" in controllers.split(","):  # cgroup v1's cpu controller
+            for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
+                if mount.is_dir():
+                    limits += _quotas(mount, relative, _v1_quota)
+                    break
+    return min(limits) if limits else None
+
+
+def _quotas(mount: Path, relative: str, quota: _Reader) -> list[float]:
+    """The quotas of the cgroup at *mount*/*relative* and of each one above it up to
+    *mount* (only *mount*'s own when that path is not there: a container's view)."""
+    folder = mount / relative
+    if not folder.is_dir():
+        folder = mount
+    found = []
+    while True:
+        value = quota(folder)
+        if value is not None:
+            found.append(value)
+        if folder == mount or mount not in folder.parents:
+            return found
+        folder = folder.parent
+
+
+def _v2_quota(folder: Path) -> float | None:
+    """``cpu.max`` of a v2 cgroup: ``$MAX $PERIOD``, ``max`` when unlimited."""
+    try:
+        quota, _, period = (folder / "cpu.max").read_text().strip().partition(" ")
+        return _ratio(quota, period)
+    except OSError:
+        return None
+
+
+def _v1_quota(folder: Path) -> float | None:
+    """``cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` of a v1 cgroup; -1 when unlimited."""
+    try:
+        quota = (folder / "cpu.cfs_quota_us").read_text().strip()
+        period = (folder / "cpu.cfs_period_us").read_text().strip()
+    except OSError:
+        return None
+    return _ratio(quota, period)
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    """*quota* over *period* (microseconds), None when unlimited or not a positive pair."""
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:  # "max", or something unexpected: no limit known
+        return None
+    return q / p if q > 0 and p > 0 else None
+

@@ -1,0 +1,128 @@
+"""The cores specnsys sizes its pools by: the process's CPU affinity and its cgroup's quota,
+not the host's core count (specnsys/cores.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specnsys import cores
+from specnsys.cores import cgroup_cpu_limit, usable_cores
+
+needs_affinity = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform"
+)
+
+
+def _pinned(code: str) -> str:
+    """What *code* prints in a Python process pinned to one core (as ``taskset -c`` does)."""
+    first = min(os.sched_getaffinity(0))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {first}), timeout=120,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+@needs_affinity
+def test_a_process_pinned_to_one_core_uses_one() -> None:
+    assert _pinned("from specnsys.cores import usable_cores; print(usable_cores())") == "1"
+
+
+@needs_affinity
+def test_collect_starts_one_worker_per_usable_core_not_per_host_core() -> None:
+    # Sized by os.cpu_count(), a pinned collect started a worker per core of the host.
+    code = "from specnsys.runset.collect import default_workers; print(default_workers(8))"
+    assert _pinned(code) == "1"
+    from specnsys.runset.collect import default_workers
+
+    assert default_workers(8) == min(8, usable_cores())
+    assert default_workers(1) == 1
+    assert default_workers(0) == 1
+
+
+@needs_affinity
+def test_the_reader_reads_on_the_usable_cores() -> None:
+    code = "from specnsys.ingest.sqlite_reader import read_workers; print(read_workers())"
+    assert _pinned(code) == "1"
+
+
+def test_usable_cores_is_the_affinity_lowered_to_the_quota(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda: None)
+    if affinity is not None:
+        assert usable_cores() == affinity
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda: 0.25)
+    assert usable_cores() == 1  # a quarter of a core still runs one thread
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda: 1.5)
+    assert usable_cores() == min(2, affinity or 2)  # rounded up: two threads, part time
+
+
+def _cgroup(root: Path, relative: str, **files: str) -> None:
+    folder = root / relative
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name.replace("_", ".", 1)).write_text(text + "\n")
+
+
+def test_cgroup_v2_quota_is_the_least_of_the_cgroup_and_its_parents(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    _cgroup(root, "", cpu_max="max 100000")
+    _cgroup(root, "kubepods", cpu_max="300000 100000")
+    _cgroup(root, "kubepods/pod1", cpu_max="150000 100000")
+    _cgroup(root, "kubepods/pod1/app", cpu_max="max 100000")
+    membership = tmp_path / "cgroup_membership"
+    membership.write_text("0::/kubepods/pod1/app\n")
+    assert cgroup_cpu_limit(root, membership) == 1.5
+    membership.write_text("0::/kubepods\n")
+    assert cgroup_cpu_limit(root, membership) == 3.0
+
+
+def test_cgroup_v2_without_a_quota_and_a_containers_view(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    _cgroup(root, "", cpu_max="max 100000")
+    membership = tmp_path / "cgroup_membership"
+    membership.write_text("0::/system.slice/job.scope\n")  # the host's path: not mounted here
+    assert cgroup_cpu_limit(root, membership) is None
+    _cgroup(root, "", cpu_max="200000 100000")  # the container's own cgroup is the root
+    assert cgroup_cpu_limit(root, membership) == 2.0
+
+
+def test_cgroup_v1_cpu_controller_quota(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    _cgroup(root, "cpu,cpuacct/docker/abc", cpu_cfs_quota_us="50000", cpu_cfs_period_us="100000")
+    _cgroup(root, "cpu,cpuacct", cpu_cfs_quota_us="-1", cpu_cfs_period_us="100000")
+    membership = tmp_path / "cgroup_membership"
+    membership.write_text("4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n1:name=systemd:/\n")
+    assert cgroup_cpu_limit(root, membership) == 0.5
+    (root / "cpu,cpuacct/docker/abc/cpu.cfs_quota_us").write_text("-1\n")
+    assert cgroup_cpu_limit(root, membership) is None
+
+
+@pytest.mark.parametrize(
+    "membership_text, cpu_max",
+    [
+        (None, None),  # no membership file
+        ("0::/\n", "garbage\n"),
+        ("0::/\n", "0 100000\n"),
+        ("0::/\n", "100000 0\n"),
+        ("not a cgroup line\n", "100000 100000\n"),
+    ],
+)
+def test_unreadable_or_odd_cgroup_files_mean_no_quota(
+    tmp_path: Path, membership_text: str | None, cpu_max: str | None
+) -> None:
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    if cpu_max is not None:
+        (root / "cpu.max").write_text(cpu_max)
+    membership = tmp_path / "cgroup_membership"
+    if membership_text is not None:
+        membership.write_text(membership_text)
+    assert cgroup_cpu_limit(root, membership) is None
