@@ -29,9 +29,9 @@ figures of each collect:
   LocalCluster's processes included; not for ``tcp://``, whose workers outlive the command)
   and that time over the wall time.
 
-The machine's core count bounds the speedup (the cores it may use, by affinity and quota, are printed), and so does the
-1-worker run's own parallelism: its analyses' Polars and DuckDB threads already keep more
-than one core busy, so two workers doing the same work gain at most ``cores / busy cores`` of
+The machine's core count bounds the speedup (the cores the bench may use, by its affinity
+and CPU quota, are printed), and so does the 1-worker run's own parallelism: its analyses'
+Polars and DuckDB threads already keep more than one core busy, so two workers doing the same work gain at most ``cores / busy cores`` of
 it (printed beside each speedup).
 
 Usage:

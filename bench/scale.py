@@ -20,9 +20,11 @@ all in the same run with the file in the page cache:
 
 Each contender runs in its own process; wall time, peak RSS and CPU time (user + system) come
 from ``wait4`` (that process and its children). The cold run's CPU time divided by the cores is
-the least wall time any schedule of that work could take on this machine: printed beside the
-goal, it says how much of the cold/bare ratio parallelism could still remove. The load average is printed with each size: other work on the
-machine slows every contender, so compare ratios within one size. ``--repeat N`` runs the bare
+the least wall time any schedule of that work could take on the cores the bench may use (its
+CPU affinity and quota: ``taskset -c 0`` measures one core): printed beside the goal, it says
+how much of the cold/bare ratio parallelism could still remove. The load average is printed
+with each size: other work on the machine slows every contender, so compare ratios within one
+size. ``--repeat N`` runs the bare
 scan and the three specnsys runs in turn N times and reports each one's median run and every
 repetition's cold/bare ratio (this machine's speed drifts by up to 30% within the hour).
 
@@ -31,6 +33,7 @@ Usage:
   python bench/scale.py --preset full        # 2M, 6.3M, 20M kernels (>= 20M kernels, 10M NVTX)
   python bench/scale.py --kernels 5000000 --no-nsys --no-pandas
   python bench/scale.py --kernels 2000000 --no-nsys --no-pandas --repeat 5
+  taskset -c 0 python bench/scale.py --kernels 2000000 --no-nsys --no-pandas --repeat 3  # 1 core
 """
 
 from __future__ import annotations
@@ -248,7 +251,7 @@ def report(row: dict, analysis_name: str) -> str:
         f"== {row['export']}: {size / 1e6:,.0f} MB, kernels {row['kernels']:,}, runtime "
         f"{row['runtime']:,}, nvtx {row['nvtx']:,}{built}",
         f"   load average before {row['load_before']}, after {row['load_after']} "
-        f"({usable_cores()} cores)",
+        f"({_cores_text(usable_cores())} usable)",
         f"   {'bare sqlite3 scan of the columns read':<40}{_fmt_run(row, 'bare', None, '', size)}",
         *(
             [f"   {'specnsys reader alone (rows dropped)':<40}"
@@ -302,7 +305,8 @@ def report(row: dict, analysis_name: str) -> str:
 
 def _floor_lines(row: dict) -> list[str]:
     """The cold run's CPU time against the bare scan's, and the least wall time that CPU time
-    allows on this machine's cores (no schedule of the same work runs faster)."""
+    allows on the cores the bench may use (no schedule of the same work runs faster; run the
+    bench under ``taskset -c 0`` for one core)."""
     cold, bare = row["cold"], row["bare"]
     if cold["returncode"] != 0 or not cold.get("cpu_s") or not bare.get("cpu_s"):
         return []
@@ -310,9 +314,13 @@ def _floor_lines(row: dict) -> list[str]:
     least = cold["cpu_s"] / cores
     return [
         f"   {'  cold CPU time, and the least wall':<40}{cold['cpu_s']:8.2f} CPU-s = "
-        f"{cold['cpu_s'] / bare['cpu_s']:.1f}x the bare scan's; on {cores} cores at least "
+        f"{cold['cpu_s'] / bare['cpu_s']:.1f}x the bare scan's; on {_cores_text(cores)} at least "
         f"{least:.2f} s = {least / bare['wall_s']:.2f}x the bare scan's wall"
     ]
+
+
+def _cores_text(cores: int) -> str:
+    return f"{cores} core{'s' if cores != 1 else ''}"
 
 
 def scaling(rows: list[dict]) -> str:
