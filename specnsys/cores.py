@@ -18,7 +18,19 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["cgroup_cpu_limit", "usable_cores"]
+__all__ = [
+    "THREADS_VARIABLE",
+    "cgroup_cpu_limit",
+    "hold_to_threads",
+    "share_of_cores",
+    "usable_cores",
+    "worker_environment",
+]
+
+#: At most this many threads in each of specnsys's pools (the reader's, DuckDB's): what
+#: ``collect`` gives each of its workers, so that workers sharing the cores do not each run a
+#: pool as wide as all of them.
+THREADS_VARIABLE = "SPECNSYS_THREADS"
 
 #: Where the kernel mounts the cgroup hierarchies, and this process's cgroup membership.
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -39,7 +51,37 @@ def usable_cores() -> int:
     limit = cgroup_cpu_limit()
     if limit is not None:
         cores = min(cores, max(1, math.ceil(limit)))
+    given = os.environ.get(THREADS_VARIABLE, "")
+    if given.isdigit() and int(given) > 0:
+        cores = min(cores, int(given))
     return max(1, cores)
+
+
+def share_of_cores(workers: int) -> int:
+    """The threads each of *workers* processes sharing this process's cores may run.
+
+    One worker per core (``collect``'s default) leaves each worker one thread: on the 48
+    sample traces a worker's second thread bought it no time and cost 10-13 % more CPU (thread
+    wake-ups, and every page returned to the system on two cores at once), so two workers
+    with threads of their own were 3-14 % slower (docs/performance.md)."""
+    return max(1, usable_cores() // max(1, workers))
+
+
+def worker_environment(threads: int) -> dict[str, str]:
+    """The variables that hold a worker process to *threads* threads: specnsys's own pools
+    (:data:`THREADS_VARIABLE`) and Polars's (``POLARS_MAX_THREADS``, read once, when Polars
+    loads). A ``POLARS_MAX_THREADS`` the user set is theirs: it is left out."""
+    env = {THREADS_VARIABLE: str(threads)}
+    if "POLARS_MAX_THREADS" not in os.environ:
+        env["POLARS_MAX_THREADS"] = str(threads)
+    return env
+
+
+def hold_to_threads(threads: int) -> None:
+    """A pool worker's initializer: :func:`worker_environment` set in this process. It runs
+    before the worker's first task imports Polars (this module imports nothing heavy), so
+    Polars's pool gets the same size."""
+    os.environ.update(worker_environment(threads))
 
 
 def cgroup_cpu_limit(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> float | None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specnsys.cores import usable_cores
 from specnsys.ingest import cache
 from specnsys.ingest.build import SCRATCH_PREFIX
 from specnsys.ingest.interrupts import interruptible
@@ -96,6 +97,8 @@ def _set_up(con: duckdb.DuckDBPyConnection, export_bytes: int | None) -> duckdb.
         # (docs/performance.md#memory-of-an-analysis).
         con.execute("SET allocator_flush_threshold = '4MB'")
         con.execute("SET allocator_background_threads = true")
+        # DuckDB counts the host's cores; a pinned process or a collect worker has fewer
+        con.execute("SET threads = ?", [usable_cores()])
         if export_bytes is not None:
             limit = duckdb_memory_limit(
                 export_bytes, ANALYSIS_MEMORY_FRACTION, ANALYSIS_MEMORY_MIN

@@ -26,10 +26,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from specnsys.attribution.window import parse_window
-from specnsys.cores import usable_cores
+from specnsys.cores import hold_to_threads, share_of_cores, usable_cores, worker_environment
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
 from specnsys.ingest.cache import tmp_prefix
 from specnsys.ingest.connection import HAND_BACK_PREFIX
@@ -174,7 +174,11 @@ def _owned_pool(workers: int, context: BaseContext) -> Iterator[ProcessPoolExecu
     """A process pool whose workers are ended, not waited for, when the block is left by an
     exception (Ctrl-C, SIGTERM, the consumer stopping early): they are this collect's own
     processes, and a pool's own shutdown would wait for every running trace to finish."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    # each worker's pools sized to its share of the cores, before its first task loads Polars
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context,
+        initializer=hold_to_threads, initargs=(share_of_cores(workers),),
+    )  # fmt: skip
     try:
         yield pool
     except BaseException:
@@ -300,6 +304,23 @@ def _run_pool(
             yield job, outcome
 
 
+#: distributed's ``LocalCluster`` (typed loosely: distributed is an optional extra).
+_Cluster = TypeVar("_Cluster")
+
+
+def local_cluster(cluster_class: Callable[..., _Cluster], workers: int) -> _Cluster:
+    """``--dask local``'s cluster (*cluster_class*: distributed's ``LocalCluster``): *workers*
+    single-threaded worker processes, each holding its pools to its share of the cores (as
+    the pool's workers), with no dashboard."""
+    return cluster_class(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+        env=worker_environment(share_of_cores(workers)),
+        # no dashboard, and its HTTP routes on a free local port: not Dask's default 8787,
+        # which a second collect (or a dashboard already running) holds
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+    )  # fmt: skip
+
+
 def _run_dask(
     jobs: list[Job], address: str, workers: int, metrics: tuple[Metric, ...]
 ) -> Iterator[tuple[Job, Outcome]]:
@@ -313,12 +334,7 @@ def _run_dask(
         ) from None
     cluster = None
     if address == "local":
-        cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-            # no dashboard, and its HTTP routes on a free local port: not Dask's default 8787,
-            # which a second collect (or a dashboard already running) holds
-            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-        )
+        cluster = local_cluster(LocalCluster, workers)
         client = Client(cluster)
     else:
         try:
