@@ -203,3 +203,17 @@ def test_each_local_dask_worker_runs_its_share_of_the_cores(
     with local_cluster(distributed.LocalCluster, 2) as cluster, distributed.Client(cluster) as c:
         seen = set(c.run(_worker_threads).values())
     assert seen == {(str(share), share, share)}
+
+
+def test_the_command_line_holds_polars_to_the_users_cap() -> None:
+    code = (
+        "from specnsys.cli.main import main; code = main(['schema', '--json']);"
+        "import polars as pl, sys; print(pl.thread_pool_size(), file=sys.stderr)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**env, cores.THREADS_VARIABLE: "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "1"

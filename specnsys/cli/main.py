@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn, TextIO, cast
 
 from specnsys.allocator import return_freed_memory
-from specnsys.cores import usable_cores
+from specnsys.cores import THREADS_VARIABLE, hold_to_threads, usable_cores
 from specnsys.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -373,6 +373,8 @@ def _exit_status(exc: BaseException) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     warnings.showwarning = _show_warning
     _PENDING_WARNINGS.clear()
+    if os.environ.get(THREADS_VARIABLE):  # the user's cap: Polars's pool too, before it loads
+        hold_to_threads(usable_cores())
     return_freed_memory(address_space_threads=fit_to_address_space())
     with _queries_stopped_on_signal():
         # Imports the commands, and with them the analysis stack, with Ctrl-C and SIGTERM held
