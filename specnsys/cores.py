@@ -60,10 +60,11 @@ def usable_cores() -> int:
 def share_of_cores(workers: int) -> int:
     """The threads each of *workers* processes sharing this process's cores may run.
 
-    One worker per core (``collect``'s default) leaves each worker one thread: on the 48
-    sample traces a worker's second thread bought it no time and cost 10-13 % more CPU (thread
-    wake-ups, and every page returned to the system on two cores at once), so two workers
-    with threads of their own were 3-14 % slower (docs/performance.md)."""
+    One worker per core (``collect``'s default) leaves each worker one thread: pools as wide
+    as all the cores in every worker time-slice their threads against each other's. On the
+    sample traces two such workers took 2.6 % longer at the median, and 4 % more CPU, than
+    two of one thread each (docs/performance.md#issue-35-tenth-session-how-the-cold-run-
+    scales-with-cores-and-the-allocators-trade-at-three-sizes)."""
     return max(1, usable_cores() // max(1, workers))
 
 
