@@ -59,7 +59,7 @@ def return_freed_memory(address_space_threads: int | None = None) -> None:
     anything but Polars's own default) or its library is already loaded (its allocator may have
     read it). Under an address-space limit, whose pools run *address_space_threads* threads,
     also hold the allocators' idle reservations down (the module's docstring). Either way the
-    given values are kept for :func:`without_allocator_options`: Polars's import rewrites its
+    given values are kept for :func:`without_own_options`: Polars's import rewrites its
     variable too."""
     if "duckdb" not in sys.modules and "_duckdb" not in sys.modules:
         given = _GIVEN[DUCKDB_ALLOCATOR_VARIABLE] = os.environ.get(DUCKDB_ALLOCATOR_VARIABLE)
@@ -80,11 +80,19 @@ def return_freed_memory(address_space_threads: int | None = None) -> None:
             os.environ[ARROW_POOL_VARIABLE] = "system"
 
 
-def without_allocator_options(env: Mapping[str, str]) -> dict[str, str]:
+def set_own_option(variable: str, value: str) -> None:
+    """Set *variable* for this process and the workers it starts, keeping the value it was
+    given for :func:`without_own_options` (the thread caps of :mod:`specnsys.cores`)."""
+    _GIVEN.setdefault(variable, os.environ.get(variable))
+    os.environ[variable] = value
+
+
+def without_own_options(env: Mapping[str, str]) -> dict[str, str]:
     """*env* with each variable as this process was given it, where *env* holds this process's
     own value (a caller's deliberate other value stays): a program that specnsys runs
-    (``profile``) gets the environment it was given, neither these options nor what Polars's
-    import wrote (it prepends its defaults to the variable)."""
+    (``profile``) gets the environment it was given, neither these options, nor the thread
+    caps (:func:`set_own_option`), nor what Polars's import wrote (it prepends its defaults to
+    the variable)."""
     result = dict(env)
     for variable, given in _GIVEN.items():
         if result.get(variable) != os.environ.get(variable):

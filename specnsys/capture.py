@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from specnsys.allocator import without_allocator_options
+from specnsys.allocator import without_own_options
 from specnsys.control_log import CONTROL_ENV, control_beside, read_run, summarize_runs
 from specnsys.errors import SpecnsysError, UsageError
 from specnsys.held_signals import signals_held
@@ -489,7 +489,7 @@ class _Capture:
     def _environment(self, env: Mapping[str, str] | None) -> dict[str, str]:
         """*env* (default: ours) plus the capture's mark and its private TMPDIR. The profiled
         program sees that TMPDIR too: nsys's injection library finds its session files there."""
-        result = without_allocator_options(os.environ if env is None else env)
+        result = without_own_options(os.environ if env is None else env)
         marks = [m for m in result.get(MARKER, "").split(":") if m]
         result[MARKER] = ":".join([*marks, self.id])
         result["TMPDIR"] = str(self.tmpdir)

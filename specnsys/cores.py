@@ -18,6 +18,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from specnsys.allocator import set_own_option
+
 __all__ = [
     "THREADS_VARIABLE",
     "cgroup_cpu_limit",
@@ -81,8 +83,10 @@ def worker_environment(threads: int) -> dict[str, str]:
 def hold_to_threads(threads: int) -> None:
     """A pool worker's initializer: :func:`worker_environment` set in this process. It runs
     before the worker's first task imports Polars (this module imports nothing heavy), so
-    Polars's pool gets the same size."""
-    os.environ.update(worker_environment(threads))
+    Polars's pool gets the same size; a program that ``profile`` runs gets the values
+    specnsys was given (:func:`specnsys.allocator.without_own_options`)."""
+    for variable, value in worker_environment(threads).items():
+        set_own_option(variable, value)
 
 
 def cgroup_cpu_limit(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> float | None:

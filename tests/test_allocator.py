@@ -51,9 +51,9 @@ def test_the_users_own_options_are_kept() -> None:
     out = _python(
         f"""
         import os
-        from specnsys.allocator import return_freed_memory, without_allocator_options
+        from specnsys.allocator import return_freed_memory, without_own_options
         return_freed_memory()
-        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], len(without_allocator_options(os.environ)) == len(os.environ))
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], len(without_own_options(os.environ)) == len(os.environ))
         """,
         **{POLARS_ALLOCATOR_VARIABLE: "narenas:1", DUCKDB_ALLOCATOR_VARIABLE: "narenas:1"},
     )
@@ -67,9 +67,9 @@ def test_polars_s_own_default_inherited_from_a_parent_is_not_the_users() -> None
     out = _python(
         f"""
         import os
-        from specnsys.allocator import return_freed_memory, without_allocator_options
+        from specnsys.allocator import return_freed_memory, without_own_options
         return_freed_memory()
-        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], without_allocator_options(os.environ)[{POLARS_ALLOCATOR_VARIABLE!r}])
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], without_own_options(os.environ)[{POLARS_ALLOCATOR_VARIABLE!r}])
         """,
         **{POLARS_ALLOCATOR_VARIABLE: POLARS_OWN_OPTIONS},
     )
@@ -82,10 +82,10 @@ def test_a_profiled_program_gets_the_users_own_value_back_after_polars_rewrote_i
     out = _python(
         f"""
         import os
-        from specnsys.allocator import return_freed_memory, without_allocator_options
+        from specnsys.allocator import return_freed_memory, without_own_options
         return_freed_memory()
         import polars
-        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}] != "narenas:2", without_allocator_options(os.environ)[{POLARS_ALLOCATOR_VARIABLE!r}])
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}] != "narenas:2", without_own_options(os.environ)[{POLARS_ALLOCATOR_VARIABLE!r}])
         """,
         **{POLARS_ALLOCATOR_VARIABLE: "narenas:2"},
     )
@@ -112,9 +112,9 @@ def test_too_late_once_polars_is_loaded() -> None:
 def test_a_profiled_program_does_not_inherit_the_options(variable: str, options: str) -> None:
     out = _python(f"""
         import os
-        from specnsys.allocator import return_freed_memory, without_allocator_options
+        from specnsys.allocator import return_freed_memory, without_own_options
         return_freed_memory()
-        print(os.environ[{variable!r}], {variable!r} in without_allocator_options(os.environ))
+        print(os.environ[{variable!r}], {variable!r} in without_own_options(os.environ))
     """)
     assert out == f"{options} False"
 
@@ -126,10 +126,10 @@ def test_under_an_address_space_limit_the_allocators_hold_no_idle_reservations()
     test_reliability_exits (``test_a_cold_analysis_under_one_gib_leaves_room``)."""
     out = _python(f"""
         import os
-        from specnsys.allocator import ARROW_POOL_VARIABLE, return_freed_memory, without_allocator_options
+        from specnsys.allocator import ARROW_POOL_VARIABLE, return_freed_memory, without_own_options
         return_freed_memory(address_space_threads=1)
         import pyarrow
-        child = without_allocator_options(os.environ)
+        child = without_own_options(os.environ)
         print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}], pyarrow.default_memory_pool().backend_name,
               {POLARS_ALLOCATOR_VARIABLE!r} in child, repr(child[ARROW_POOL_VARIABLE]))
     """, ARROW_DEFAULT_MEMORY_POOL="")  # set but empty: Arrow's default, as given back
@@ -141,10 +141,10 @@ def test_under_an_address_space_limit_the_allocators_hold_no_idle_reservations()
 def test_under_an_address_space_limit_the_users_arrow_pool_is_kept() -> None:
     out = _python("""
         import os
-        from specnsys.allocator import return_freed_memory, without_allocator_options
+        from specnsys.allocator import return_freed_memory, without_own_options
         return_freed_memory(address_space_threads=2)
         import pyarrow
-        print(pyarrow.default_memory_pool().backend_name, without_allocator_options(os.environ)["ARROW_DEFAULT_MEMORY_POOL"])
+        print(pyarrow.default_memory_pool().backend_name, without_own_options(os.environ)["ARROW_DEFAULT_MEMORY_POOL"])
     """, ARROW_DEFAULT_MEMORY_POOL="mimalloc")
     assert out == "mimalloc mimalloc", out
 
@@ -181,12 +181,12 @@ def test_the_users_own_duckdb_allocator_options_are_kept_and_handed_on() -> None
     out = _python(
         f"""
         import os
-        from specnsys.allocator import return_freed_memory, without_allocator_options
+        from specnsys.allocator import return_freed_memory, without_own_options
         return_freed_memory()
         import duckdb
         duckdb.sql("SELECT 1").fetchall()
         {textwrap.indent(textwrap.dedent(_DUCKDB_OPTION), " " * 8).strip()}
-        print(value.value, without_allocator_options(os.environ)[{DUCKDB_ALLOCATOR_VARIABLE!r}])
+        print(value.value, without_own_options(os.environ)[{DUCKDB_ALLOCATOR_VARIABLE!r}])
         """,
         **{DUCKDB_ALLOCATOR_VARIABLE: "dirty_decay_ms:2500"},
     )

@@ -217,3 +217,47 @@ def test_the_command_line_holds_polars_to_the_users_cap() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "1"
+
+
+@pytest.mark.parametrize("given", [None, "1"], ids=["unset", "users"])
+def test_a_profiled_program_does_not_inherit_the_thread_caps(given: str | None) -> None:
+    """``profile`` hands the program it runs the environment specnsys was given: not the
+    POLARS_MAX_THREADS the command line set from the user's SPECNSYS_THREADS."""
+    code = (
+        "import os; from specnsys.allocator import without_own_options;"
+        "from specnsys.cores import hold_to_threads; hold_to_threads(1);"
+        "e = without_own_options(os.environ);"
+        "print(os.environ['POLARS_MAX_THREADS'], 'POLARS_MAX_THREADS' in e,"
+        " e.get('SPECNSYS_THREADS'))"
+    )
+    env = {
+        k: v for k, v in os.environ.items()
+        if k not in ("POLARS_MAX_THREADS", cores.THREADS_VARIABLE)
+    }  # fmt: skip
+    if given is not None:
+        env[cores.THREADS_VARIABLE] = given
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "False", str(given)]
+
+
+def test_the_address_space_thread_caps_are_not_handed_to_a_profiled_program() -> None:
+    """Under ``ulimit -v`` the command line caps the pools (one thread per GiB); a program
+    that ``profile`` runs gets the environment specnsys was given, without those caps."""
+    caps = ("POLARS_MAX_THREADS", "RAYON_NUM_THREADS", "OMP_NUM_THREADS")
+    code = (
+        "import os, resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30));"
+        "from specnsys.cli.main import fit_to_address_space;"
+        "from specnsys.allocator import without_own_options;"
+        "threads = fit_to_address_space(); child = without_own_options(os.environ);"
+        f"print(threads, os.environ['POLARS_MAX_THREADS'], [v for v in {caps!r} if v in child])"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in caps}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    threads = min(usable_cores(), 4)
+    assert done.stdout.split() == [str(threads), str(threads), "[]"]

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn, TextIO, cast
 
-from specnsys.allocator import return_freed_memory
+from specnsys.allocator import return_freed_memory, set_own_option
 from specnsys.cores import THREADS_VARIABLE, hold_to_threads, usable_cores
 from specnsys.errors import (
     EXIT_BAD_INPUT,
@@ -307,7 +307,8 @@ def fit_to_address_space() -> int | None:
         )
     threads = max(1, min(usable_cores(), limit >> 30))
     for variable in ("POLARS_MAX_THREADS", "RAYON_NUM_THREADS", "OMP_NUM_THREADS"):
-        os.environ.setdefault(variable, str(threads))
+        if variable not in os.environ:  # not handed on to a program that profile runs
+            set_own_option(variable, str(threads))
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to cap
         import ctypes
 
