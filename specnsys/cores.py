@@ -5,8 +5,8 @@ a Slurm allocation, ``docker --cpuset-cpus``) or given a CPU quota (``docker --c
 Kubernetes limit: a cgroup's ``cpu.max``) gets less: sized by the host's count, ``collect``
 started a worker per host core on a 4-core allocation of a 64-core node, each holding an
 analysis's memory, and the export reader as many threads, all time-sliced on the few cores
-granted. Polars and DuckDB size their own pools the same way as here (Rust's
-``available_parallelism`` reads the affinity and the cgroup quota).
+granted. Polars sizes its own pool the same way (Rust's ``available_parallelism`` reads the
+affinity and the cgroup quota); DuckDB is told its thread count from here.
 
 A base module: the command line reads it before the analysis stack loads.
 """
