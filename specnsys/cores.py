@@ -84,7 +84,10 @@ def hold_to_threads(threads: int) -> None:
     """A pool worker's initializer: :func:`worker_environment` set in this process. It runs
     before the worker's first task imports Polars (this module imports nothing heavy), so
     Polars's pool gets the same size; a program that ``profile`` runs gets the values
-    specnsys was given (:func:`specnsys.allocator.without_own_options`)."""
+    specnsys was given (:func:`specnsys.allocator.without_own_options`). A spawned worker
+    first imports its parent's main module: when a script calling :func:`~specnsys.runset.
+    collect.collect` imports Polars at its top, Polars's pool in the workers keeps its full
+    size (the reader's and DuckDB's still get the share)."""
     for variable, value in worker_environment(threads).items():
         set_own_option(variable, value)
 
