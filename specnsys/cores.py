@@ -53,10 +53,19 @@ def usable_cores() -> int:
     limit = cgroup_cpu_limit()
     if limit is not None:
         cores = min(cores, max(1, math.ceil(limit)))
-    given = os.environ.get(THREADS_VARIABLE, "")
-    if given.isdigit() and int(given) > 0:
-        cores = min(cores, int(given))
+    cap = _threads_cap()
+    if cap is not None:
+        cores = min(cores, cap)
     return max(1, cores)
+
+
+def _threads_cap() -> int | None:
+    """:data:`THREADS_VARIABLE` as a positive count, else None: a value that is no plain
+    ASCII number (``²`` is a digit to ``str.isdigit``), or too long for ``int``, is ignored."""
+    given = os.environ.get(THREADS_VARIABLE, "")
+    if not (given.isascii() and given.isdigit()) or len(given) > 9:
+        return None
+    return int(given) or None
 
 
 def share_of_cores(workers: int) -> int:

@@ -12,6 +12,9 @@ import pytest
 
 from specnsys import cores
 from specnsys.cores import cgroup_cpu_limit, usable_cores
+from tests.conftest import SAMPLE_TRACES
+
+SAMPLE = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 
 needs_affinity = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform"
@@ -136,7 +139,8 @@ def test_the_threads_variable_caps_the_usable_cores(monkeypatch: pytest.MonkeyPa
     assert usable_cores() == 1
     monkeypatch.setenv(cores.THREADS_VARIABLE, str(every + 5))
     assert usable_cores() == every  # a cap, never more than the process may use
-    for odd in ("0", "-2", "two", ""):
+    # "²" is a digit to str.isdigit but no int; 5,000 digits exceed int()'s limit
+    for odd in ("0", "-2", "two", "", "²", " 1", "1" * 5000):
         monkeypatch.setenv(cores.THREADS_VARIABLE, odd)
         assert usable_cores() == every
 
@@ -261,3 +265,15 @@ def test_the_address_space_thread_caps_are_not_handed_to_a_profiled_program() ->
     assert done.returncode == 0, done.stderr
     threads = min(usable_cores(), 4)
     assert done.stdout.split() == [str(threads), str(threads), "[]"]
+
+
+def test_an_odd_threads_variable_is_ignored_by_the_command_line() -> None:
+    """A value usable_cores() cannot read is ignored: the command answers, no internal error."""
+    for odd in ("²", "1" * 5000):
+        done = subprocess.run(
+            [sys.executable, "-m", "specnsys", "phases", str(SAMPLE), "--json"],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, cores.THREADS_VARIABLE: odd},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "internal error" not in done.stderr
