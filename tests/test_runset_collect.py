@@ -19,7 +19,7 @@ from polars.testing import assert_frame_equal
 
 from specnsys import api
 from specnsys.metrics.analysis import AnalysisDocument
-from specnsys.runset.collect import collect
+from specnsys.runset.collect import NO_MAIN_GUARD, collect
 from specnsys.runset.dataset import HEADLINE_TYPES, NESTED_COLUMNS, scalar_columns
 from specnsys.runset.labels import Labeler
 from tests.conftest import REPO
@@ -500,6 +500,65 @@ def test_a_worker_killed_while_handing_its_result_back_does_not_hang_collect(
     doc = json.loads(stdout)
     assert sorted(Path(t).stem for t in doc["analysed"]) == sorted(CHAT), doc
     assert doc["failed"] == {}, doc
+
+
+def test_a_trace_whose_worker_dies_twice_is_reported_with_the_signal(tmp_path: Path) -> None:
+    """A trace that kills its worker on every try (armed by a registered metric,
+    tests/collect_faults.py) fails with the signal that ended the retry; the others land."""
+    _copies(tmp_path / "t")
+    code = (
+        "import sys; from specnsys.metrics import registry; "
+        "from tests.collect_faults import DIES_ON_ONE; "
+        "registry.register(DIES_ON_ONE); from specnsys.cli.main import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--no-cache", "collect", str(tmp_path / "t"), "-o",
+         str(tmp_path / "ds"), "--workers", "2", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert sorted(Path(t).stem for t in doc["analysed"]) == sorted(set(CHAT) - {"spec_chat_c4_k2"})
+    (reason,) = doc["failed"].values()
+    assert reason == "its worker died twice: killed by SIGKILL (out of memory, or killed)"
+
+
+@pytest.mark.parametrize("dask", [None, "local"])
+def test_a_script_that_calls_collect_without_a_main_guard_gets_one_clear_error(
+    tmp_path: Path, dask: str | None
+) -> None:
+    """Each pool worker starts by importing the calling script: one that calls collect() at
+    its top level (no ``if __name__ == "__main__":``) made every worker fail at its start,
+    and collect reported every trace as "died twice (killed, or out of memory)", each
+    retry starting another worker that failed the same way (with ``--dask local``:
+    distributed's "Nanny failed to start"). Now each worker fails at once with the cause,
+    the first that exits with an error status stops collect with one error that names it,
+    and no trace is noted as failed."""
+    for name in CHAT:  # six traces: a retry per trace would start six more failing workers
+        _copies(tmp_path / "t" / name, [name, *(n for n in CHAT if n != name)][:2])
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from specnsys.runset.collect import collect\n"
+        f"collect([{str(tmp_path / 't')!r}], {str(tmp_path / 'ds')!r}, workers=2, dask={dask!r})\n"
+    )
+    if dask:
+        pytest.importorskip("distributed")
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    start = "--dask local: its workers failed to start" if dask else "a collect worker exited with status 1"
+    assert last.startswith(f"specnsys.errors.UsageError: {start}"), last
+    assert 'if __name__ == "__main__":' in last
+    assert "out of memory" not in done.stderr
+    assert "During handling" not in done.stderr  # the pool's own exception is not chained
+    # each failing worker says why (the parent's error is the last one); the pool's workers
+    # and the one retry, not a retry per trace
+    assert 1 <= done.stderr.count(f"UsageError: {NO_MAIN_GUARD}") <= 4, done.stderr
+    manifest = tmp_path / "ds" / "_specnsys.json"
+    assert not manifest.exists() or json.loads(manifest.read_text())["failed"] == {}
 
 
 def test_collect_runs_where_no_temporary_folder_can_be_made(

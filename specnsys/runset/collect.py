@@ -19,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -296,12 +298,61 @@ def _run_pool(
                     continue
                 yield futures[future], outcome
         for job in retry:
+            dead: list[BaseProcess] | None = None
             with _owned_pool(1, context) as alone:
                 try:
                     outcome = _received(alone.submit(_safe_in_file, *job, metrics, folder).result())
                 except BrokenProcessPool:
-                    outcome = "the worker analysing it died twice (killed, or out of memory)"
-            yield job, outcome
+                    dead = _worker_processes(alone)
+            yield job, outcome if dead is None else _second_death(dead)
+
+
+#: Why a worker that imports the calling script can fail as it starts (Python's spawn
+#: start method runs the script's top level again in every worker).
+NO_MAIN_GUARD = (
+    'each worker imports the script that calls collect(): call it under if __name__ == "__main__":'
+)
+
+
+def _importing_main_of_a_worker() -> bool:
+    """Whether this process is a pool worker still importing its parent's main script (the
+    flag multiprocessing's own check of the same reads): collect() called there would start
+    a pool of its own, whose queues the failing worker then leaves to the resource tracker."""
+    import multiprocessing
+
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def _worker_processes(pool: ProcessPoolExecutor) -> list[BaseProcess]:
+    """The pool's worker processes (CPython's pool keeps them in a private attribute: none
+    where it has none)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _second_death(processes: list[BaseProcess]) -> str:
+    """Why the lone worker retrying a trace died: the signal that ended it, the reason the
+    trace fails with. A worker that exited with an error status instead never analysed
+    anything: it failed as it started, as every worker will (a script that calls collect()
+    without a main guard: each worker imports it and calls collect() again), so collect
+    stops with one error rather than failing every trace the same way."""
+    for process in processes:
+        process.join(_END_S)  # dead already: this reaps it, so its exit code is known
+    codes = [p.exitcode for p in processes if p.exitcode is not None]
+    started_badly = [code for code in codes if code > 0]
+    if started_badly:
+        raise UsageError(
+            f"a collect worker exited with status {started_badly[0]} as it started (its error "
+            f"is printed above); {NO_MAIN_GUARD}"
+        )
+    ended = [signal.Signals(-code).name for code in codes if -code in _SIGNAL_NUMBERS]
+    if not ended:
+        return "its worker died twice (its exit status is unknown)"
+    if ended[0] == "SIGKILL":
+        return "its worker died twice: killed by SIGKILL (out of memory, or killed)"
+    return f"its worker died twice: ended by {ended[0]}"
+
+
+_SIGNAL_NUMBERS = {int(s) for s in signal.Signals}
 
 
 #: distributed's ``LocalCluster`` (typed loosely: distributed is an optional extra).
@@ -334,7 +385,13 @@ def _run_dask(
         ) from None
     cluster = None
     if address == "local":
-        cluster = local_cluster(LocalCluster, workers)
+        try:
+            cluster = local_cluster(LocalCluster, workers)
+        except RuntimeError as exc:  # distributed's "Nanny failed to start": a worker's error
+            raise UsageError(
+                f"--dask local: its workers failed to start ({exc}; their error is printed "
+                f"above); where a script calls collect(), {NO_MAIN_GUARD}"
+            ) from None
         client = Client(cluster)
     else:
         try:
@@ -393,6 +450,8 @@ def collect(
     failed (nothing would land); single failures are in the result. *window* is every run's
     ``--window`` rule (part of the settings: another rule analyses a trace again).
     """
+    if _importing_main_of_a_worker():
+        raise UsageError(NO_MAIN_GUARD)
     traces = find_traces(inputs)
     if not traces:
         raise BadInputError("no traces given (.sqlite or .nsys-rep files, or folders of them)")
