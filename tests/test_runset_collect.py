@@ -19,7 +19,7 @@ from polars.testing import assert_frame_equal
 
 from specnsys import api
 from specnsys.metrics.analysis import AnalysisDocument
-from specnsys.runset.collect import NO_MAIN_GUARD, collect
+from specnsys.runset.collect import IN_A_STARTING_WORKER, collect
 from specnsys.runset.dataset import HEADLINE_TYPES, NESTED_COLUMNS, scalar_columns
 from specnsys.runset.labels import Labeler
 from tests.conftest import REPO
@@ -556,7 +556,7 @@ def test_a_script_that_calls_collect_without_a_main_guard_gets_one_clear_error(
     assert "During handling" not in done.stderr  # the pool's own exception is not chained
     # each failing worker says why (the parent's error is the last one); the pool's workers
     # and the one retry, not a retry per trace
-    assert 1 <= done.stderr.count(f"UsageError: {NO_MAIN_GUARD}") <= 4, done.stderr
+    assert 1 <= done.stderr.count(f"UsageError: {IN_A_STARTING_WORKER}") <= 4, done.stderr
     manifest = tmp_path / "ds" / "_specnsys.json"
     assert not manifest.exists() or json.loads(manifest.read_text())["failed"] == {}
 

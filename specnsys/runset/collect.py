@@ -314,6 +314,10 @@ NO_MAIN_GUARD = (
 )
 
 
+#: The error of collect() called in a worker as the worker imports the calling script.
+IN_A_STARTING_WORKER = f"collect() called in a worker process as it imported the script; {NO_MAIN_GUARD}"
+
+
 def _importing_main_of_a_worker() -> bool:
     """Whether this process is a pool worker still importing its parent's main script (the
     flag multiprocessing's own check of the same reads): collect() called there would start
@@ -342,7 +346,7 @@ def _second_death(processes: list[BaseProcess]) -> str:
     if started_badly:
         raise UsageError(
             f"a collect worker exited with status {started_badly[0]} as it started (its error "
-            f"is printed above); {NO_MAIN_GUARD}"
+            f"is printed above; where a script calls collect(), {NO_MAIN_GUARD})"
         )
     ended = [signal.Signals(-code).name for code in codes if -code in _SIGNAL_NUMBERS]
     if not ended:
@@ -451,7 +455,7 @@ def collect(
     ``--window`` rule (part of the settings: another rule analyses a trace again).
     """
     if _importing_main_of_a_worker():
-        raise UsageError(NO_MAIN_GUARD)
+        raise UsageError(IN_A_STARTING_WORKER)
     traces = find_traces(inputs)
     if not traces:
         raise BadInputError("no traces given (.sqlite or .nsys-rep files, or folders of them)")
