@@ -35,6 +35,15 @@ POLARS_ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
 #: Freed pages go back to the system after 100 ms, at once, not after 0.5 + 1 s; requests
 #: above 256 KiB at once (jemalloc's arena for large requests purges without delay).
 POLARS_ALLOCATOR_OPTIONS = "dirty_decay_ms:100,muzzy_decay_ms:0,oversize_threshold:262144"
+#: For a large export: freed pages kept 1 s. An analysis that returns pages after 100 ms maps
+#: and zeroes fresh ones in every step (7-8M page faults, a third of its CPU time at 20M
+#: kernels); keeping them made the cold run 5-7 % faster for 3-11 % more peak memory, which
+#: the budget of 300 MiB + 1.5x the file leaves room for only at large sizes
+#: (docs/performance.md#issue-35-eleventh-session-the-allocator-by-the-exports-size).
+POLARS_LARGE_INPUT_OPTIONS = "dirty_decay_ms:1000,muzzy_decay_ms:0,oversize_threshold:262144"
+#: From this size, the largest regular file the command line names, Polars's allocator gets
+#: :data:`POLARS_LARGE_INPUT_OPTIONS`.
+LARGE_INPUT_BYTES = 2 * 1024**3
 #: What Polars's ``__init__`` writes into the variable when it was unset. Every process that a
 #: Python program which imported Polars starts inherits it (a bench, a test, a notebook): it
 #: is Polars's default, not the user's choice.
@@ -53,14 +62,18 @@ ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 _GIVEN: dict[str, str | None] = {}
 
 
-def return_freed_memory(address_space_threads: int | None = None) -> None:
+def return_freed_memory(
+    address_space_threads: int | None = None, largest_input_bytes: int = 0
+) -> None:
     """Set :data:`POLARS_ALLOCATOR_OPTIONS` and :data:`DUCKDB_ALLOCATOR_OPTIONS` for this
     process and the workers it starts, each unless the user set its variable (for Polars: to
     anything but Polars's own default) or its library is already loaded (its allocator may have
     read it). Under an address-space limit, whose pools run *address_space_threads* threads,
-    also hold the allocators' idle reservations down (the module's docstring). Either way the
-    given values are kept for :func:`without_own_options`: Polars's import rewrites its
-    variable too."""
+    also hold the allocators' idle reservations down (the module's docstring); otherwise, when
+    the command reads an export of at least :data:`LARGE_INPUT_BYTES`
+    (*largest_input_bytes*), keep Polars's freed pages longer
+    (:data:`POLARS_LARGE_INPUT_OPTIONS`). Either way the given values are kept for
+    :func:`without_own_options`: Polars's import rewrites its variable too."""
     if "duckdb" not in sys.modules and "_duckdb" not in sys.modules:
         given = _GIVEN[DUCKDB_ALLOCATOR_VARIABLE] = os.environ.get(DUCKDB_ALLOCATOR_VARIABLE)
         if not given:
@@ -73,6 +86,8 @@ def return_freed_memory(address_space_threads: int | None = None) -> None:
         options = POLARS_ALLOCATOR_OPTIONS
         if address_space_threads is not None:
             options += f",background_thread:false,narenas:{address_space_threads}"
+        elif largest_input_bytes >= LARGE_INPUT_BYTES:
+            options = POLARS_LARGE_INPUT_OPTIONS
         os.environ[POLARS_ALLOCATOR_VARIABLE] = options
     if address_space_threads is not None and "pyarrow" not in sys.modules:
         given = _GIVEN[ARROW_POOL_VARIABLE] = os.environ.get(ARROW_POOL_VARIABLE)

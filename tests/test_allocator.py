@@ -9,16 +9,20 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from specnsys.allocator import (
     DUCKDB_ALLOCATOR_OPTIONS,
     DUCKDB_ALLOCATOR_VARIABLE,
+    LARGE_INPUT_BYTES,
     POLARS_ALLOCATOR_OPTIONS,
     POLARS_ALLOCATOR_VARIABLE,
+    POLARS_LARGE_INPUT_OPTIONS,
     POLARS_OWN_OPTIONS,
 )
+from specnsys.cli.main import largest_named_file
 from tests.conftest import SAMPLE_TRACES
 
 
@@ -45,6 +49,64 @@ def test_the_command_line_sets_the_options_before_polars_loads() -> None:
     """)
     # Polars's import puts its own defaults first: the later options win
     assert out.startswith("0 True ") and out.endswith(f",{POLARS_ALLOCATOR_OPTIONS}"), out
+
+
+@pytest.mark.parametrize("size", [LARGE_INPUT_BYTES - 1, LARGE_INPUT_BYTES])
+def test_an_export_of_the_large_size_on_the_command_line_keeps_freed_pages_longer(
+    tmp_path: Path, size: int
+) -> None:
+    """Below :data:`LARGE_INPUT_BYTES` the command line's usual options; from it, freed pages
+    kept 1 s (the budget has room for their cost only at large sizes:
+    docs/performance.md). The file is sparse: only its size counts, before anything reads it
+    (a file of zeros is no export: exit 2)."""
+    big = tmp_path / "big.sqlite"
+    with big.open("wb") as out:
+        out.truncate(size)
+    out = _python(f"""
+        import contextlib, io, os
+        from specnsys.cli.main import main
+        with contextlib.redirect_stderr(io.StringIO()):
+            code = main(["--no-cache", "info", {str(big)!r}])
+        print(code, os.environ.get({POLARS_ALLOCATOR_VARIABLE!r}))
+    """)
+    options = POLARS_LARGE_INPUT_OPTIONS if size >= LARGE_INPUT_BYTES else POLARS_ALLOCATOR_OPTIONS
+    assert out.startswith("2 ") and out.endswith(f",{options}"), out
+
+
+def test_a_large_export_leaves_the_users_own_options_and_the_address_space_ones() -> None:
+    """The user's own value wins for a large export too, and so do the options of an
+    address-space limit (its allocators must hold no idle memory)."""
+    out = _python(
+        f"""
+        import os
+        from specnsys.allocator import return_freed_memory
+        return_freed_memory(largest_input_bytes={LARGE_INPUT_BYTES})
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}])
+        """,
+        **{POLARS_ALLOCATOR_VARIABLE: "narenas:1"},
+    )
+    assert out == "narenas:1"
+    out = _python(f"""
+        import os
+        from specnsys.allocator import return_freed_memory
+        return_freed_memory(address_space_threads=1, largest_input_bytes={LARGE_INPUT_BYTES})
+        print(os.environ[{POLARS_ALLOCATOR_VARIABLE!r}])
+    """)
+    assert out == f"{POLARS_ALLOCATOR_OPTIONS},background_thread:false,narenas:1"
+
+
+def test_the_largest_named_file_counts_regular_files_only(tmp_path: Path) -> None:
+    """What sizes the allocator's options: regular files among the words; a folder, a FIFO,
+    a missing path, a name too long to look up and a NUL count nothing (no error)."""
+    small, bigger = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    small.write_bytes(b"x" * 10)
+    bigger.write_bytes(b"x" * 20)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    words = ["analyze", str(small), "--rules", str(bigger), str(tmp_path), str(fifo),
+             str(tmp_path / "missing"), "x" * 5000, "a\0b", "--json"]  # fmt: skip
+    assert largest_named_file(words) == 20
+    assert largest_named_file(["info", str(tmp_path), str(fifo)]) == 0
 
 
 def test_the_users_own_options_are_kept() -> None:

@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import os
 import signal
+import stat
 import sys
 import threading
 import types
@@ -371,12 +372,31 @@ def _exit_status(exc: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+def largest_named_file(argv: Sequence[str]) -> int:
+    """The size of the largest regular file among *argv*'s words (0 without one): the export
+    a command reads, known before the parser loads the analysis stack, whose allocator takes
+    its options once (:func:`specnsys.allocator.return_freed_memory`). Anything else (an
+    option, a folder, a FIFO, a name that cannot be looked up) counts nothing."""
+    largest = 0
+    for word in argv:
+        try:
+            found = os.stat(word)
+        except (OSError, ValueError):  # ValueError: a NUL in the word
+            continue
+        if stat.S_ISREG(found.st_mode):
+            largest = max(largest, found.st_size)
+    return largest
+
+
 def _run(argv: Sequence[str] | None) -> int:
     warnings.showwarning = _show_warning
     _PENDING_WARNINGS.clear()
     if os.environ.get(THREADS_VARIABLE):  # the user's cap: Polars's pool too, before it loads
         hold_to_threads(usable_cores())
-    return_freed_memory(address_space_threads=fit_to_address_space())
+    return_freed_memory(
+        address_space_threads=fit_to_address_space(),
+        largest_input_bytes=largest_named_file(sys.argv[1:] if argv is None else argv),
+    )
     with _queries_stopped_on_signal():
         # Imports the commands, and with them the analysis stack, with Ctrl-C and SIGTERM held
         # until it is loaded: an interrupt inside Polars's start-up (it imports Python modules
