@@ -60,8 +60,8 @@ def test_an_export_of_the_large_size_on_the_command_line_keeps_freed_pages_longe
     docs/performance.md). The file is sparse: only its size counts, before anything reads it
     (a file of zeros is no export: exit 2)."""
     big = tmp_path / "big.sqlite"
-    with big.open("wb") as out:
-        out.truncate(size)
+    with big.open("wb") as handle:
+        handle.truncate(size)
     out = _python(f"""
         import contextlib, io, os
         from specnsys.cli.main import main
