@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from specnsys.allocator import set_own_option
+from specnsys.cgroups import CGROUP_ROOT, PROC_CGROUP, cgroup_values
 
 __all__ = [
     "THREADS_VARIABLE",
@@ -33,14 +33,6 @@ __all__ = [
 #: ``collect`` gives each of its workers, so that workers sharing the cores do not each run a
 #: pool as wide as all of them.
 THREADS_VARIABLE = "SPECNSYS_THREADS"
-
-#: Where the kernel mounts the cgroup hierarchies, and this process's cgroup membership.
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_CGROUP = Path("/proc/self/cgroup")
-
-#: Reads one cgroup folder's CPU quota, in cores (None: no quota there).
-_Reader = Callable[[Path], "float | None"]
-
 
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity, lowered to its cgroup's CPU
@@ -104,44 +96,10 @@ def hold_to_threads(threads: int) -> None:
 def cgroup_cpu_limit(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> float | None:
     """The CPU quota, in cores, of this process's cgroup and every cgroup above it (the
     least of them): cgroup v2's ``cpu.max``, or v1's ``cpu.cfs_quota_us`` over
-    ``cpu.cfs_period_us``; None without a quota, or where the files cannot be read.
-
-    *root* is where the hierarchies are mounted and *membership* the process's
-    ``/proc/<pid>/cgroup``; a container sees its own cgroup at *root* itself while the
-    membership names the host's path, so the named path is tried and then *root*'s own."""
-    try:
-        lines = membership.read_text().splitlines()
-    except OSError:
-        return None
-    limits = []
-    for line in lines:
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        relative = path.strip().lstrip("/")
-        if hierarchy == "0" and not controllers:  # cgroup v2, the unified hierarchy
-            limits += _quotas(root, relative, _v2_quota)
-        elif "cpu" in controllers.split(","):  # cgroup v1's cpu controller
-            for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
-                if mount.is_dir():
-                    limits += _quotas(mount, relative, _v1_quota)
-                    break
+    ``cpu.cfs_period_us``; None without a quota, or where the files cannot be read
+    (*root*, *membership*: :func:`specnsys.cgroups.cgroup_values`)."""
+    limits = cgroup_values("cpu", _v2_quota, _v1_quota, root, membership)
     return min(limits) if limits else None
-
-
-def _quotas(mount: Path, relative: str, quota: _Reader) -> list[float]:
-    """The quotas of the cgroup at *mount*/*relative* and of each one above it up to
-    *mount* (only *mount*'s own when that path is not there: a container's view)."""
-    folder = mount / relative
-    if not folder.is_dir():
-        folder = mount
-    found = []
-    while True:
-        value = quota(folder)
-        if value is not None:
-            found.append(value)
-        if folder == mount or mount not in folder.parents:
-            return found
-        folder = folder.parent
 
 
 def _v2_quota(folder: Path) -> float | None:

@@ -46,7 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # top to bottom
 BASE = (
     "specnsys.errors", "specnsys.vocabulary", "specnsys.small_files", "specnsys.testing",
     "specnsys.results", "specnsys.control_log", "specnsys.held_signals", "specnsys.allocator", "specnsys.cores",
-    "specnsys.library_floors",
+    "specnsys.library_floors", "specnsys.cgroups", "specnsys.memory_room",
 )
 #: Modules that must stay importable without the analysis stack: base modules only.
 LEAVES = ("specnsys.annotate", "specnsys.inject")

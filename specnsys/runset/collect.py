@@ -36,10 +36,12 @@ from specnsys.errors import BadInputError, SpecnsysError, UsageError
 from specnsys.ingest.cache import tmp_prefix
 from specnsys.ingest.connection import HAND_BACK_PREFIX
 from specnsys.library_floors import too_old_message
+from specnsys.memory_room import available_memory
 from specnsys.metrics import registry
 from specnsys.metrics.registry import Metric
 from specnsys.runset.dataset import Dataset, RunRecord, Settings, run_id_of
 from specnsys.runset.labels import Labeler
+from specnsys.runset.sizing import PoolSize, pool_size
 
 __all__ = ["CollectResult", "analyse_trace", "collect", "find_traces"]
 
@@ -269,10 +271,11 @@ def _hand_back_folder() -> Iterator[str | None]:
         yield folder
 
 
-def default_workers(jobs: int) -> int:
+def default_workers(jobs: int, largest_bytes: int = 0) -> PoolSize:
     """Workers for *jobs* traces when the caller names no count: one per usable core, no
-    more than the traces, at least one."""
-    return max(1, min(jobs, usable_cores()))
+    more than the traces, at least one, and no more than the available memory holds
+    analyses of the largest trace, of *largest_bytes* (:mod:`specnsys.runset.sizing`)."""
+    return pool_size(min(jobs, usable_cores()), largest_bytes, available_memory())
 
 
 def _run_pool(
@@ -488,7 +491,12 @@ def collect(
     # ends on one of them while the other workers idle. The sort is stable: ties keep the
     # order the traces were found in.
     jobs.sort(key=lambda job: -sizes[job[0]])
-    n = workers or default_workers(len(jobs))
+    n = workers
+    if not n:
+        size = default_workers(len(jobs), max(sizes.values(), default=0))
+        n = size.workers
+        if size.note is not None and (dask is None or dask == "local"):
+            result.warnings.append(size.note)
     outcomes = (
         _run_dask(jobs, dask, n, metrics) if dask
         else _run_pool(jobs, n, metrics) if jobs else iter(())
