@@ -37,7 +37,8 @@ POLARS_ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
 POLARS_ALLOCATOR_OPTIONS = "dirty_decay_ms:100,muzzy_decay_ms:0,oversize_threshold:262144"
 #: For a large export: freed pages kept 1 s. An analysis that returns pages after 100 ms maps
 #: and zeroes fresh ones in every step (7-8M page faults, a third of its CPU time at 20M
-#: kernels); keeping them made the cold run 5-7 % faster for 3-11 % more peak memory, which
+#: kernels); keeping them made the cold run 6 % faster (medians of 3 interleaved pairs at 20M
+#: kernels) for 3-11 % more peak memory, which
 #: the budget of 300 MiB + 1.5x the file leaves room for only at large sizes
 #: (docs/performance.md#issue-35-eleventh-session-the-allocator-by-the-exports-size).
 POLARS_LARGE_INPUT_OPTIONS = "dirty_decay_ms:1000,muzzy_decay_ms:0,oversize_threshold:262144"
