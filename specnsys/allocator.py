@@ -61,6 +61,8 @@ ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
 #: Each variable set here, as this process was given it before (None: unset).
 _GIVEN: dict[str, str | None] = {}
+#: The options :func:`return_freed_memory` gave Polars's allocator (None: it gave none).
+_POLARS_SET: list[str] = []
 
 
 def return_freed_memory(
@@ -90,10 +92,24 @@ def return_freed_memory(
         elif largest_input_bytes >= LARGE_INPUT_BYTES:
             options = POLARS_LARGE_INPUT_OPTIONS
         os.environ[POLARS_ALLOCATOR_VARIABLE] = options
+        _POLARS_SET[:] = [options]
     if address_space_threads is not None and "pyarrow" not in sys.modules:
         given = _GIVEN[ARROW_POOL_VARIABLE] = os.environ.get(ARROW_POOL_VARIABLE)
         if not given:
             os.environ[ARROW_POOL_VARIABLE] = "system"
+
+
+def large_input_options(largest_input_bytes: int) -> dict[str, str]:
+    """The allocator variable a worker process analysing exports of up to
+    *largest_input_bytes* gets (``collect``'s workers: the traces are in folders the command
+    line's words do not size): :data:`POLARS_LARGE_INPUT_OPTIONS` from
+    :data:`LARGE_INPUT_BYTES`, where this process set its own options for Polars (not the
+    user's, nor an address-space limit's); otherwise nothing."""
+    if largest_input_bytes < LARGE_INPUT_BYTES or _POLARS_SET not in (
+        [POLARS_ALLOCATOR_OPTIONS], [POLARS_LARGE_INPUT_OPTIONS]
+    ):
+        return {}
+    return {POLARS_ALLOCATOR_VARIABLE: POLARS_LARGE_INPUT_OPTIONS}
 
 
 def set_own_option(variable: str, value: str) -> None:

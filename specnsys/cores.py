@@ -17,13 +17,14 @@ import math
 import os
 from pathlib import Path
 
-from specnsys.allocator import set_own_option
+from specnsys.allocator import large_input_options, set_own_option
 from specnsys.cgroups import CGROUP_ROOT, PROC_CGROUP, cgroup_values
 
 __all__ = [
     "THREADS_VARIABLE",
     "cgroup_cpu_limit",
     "hold_to_threads",
+    "set_worker_environment",
     "share_of_cores",
     "usable_cores",
     "worker_environment",
@@ -71,25 +72,33 @@ def share_of_cores(workers: int) -> int:
     return max(1, usable_cores() // max(1, workers))
 
 
-def worker_environment(threads: int) -> dict[str, str]:
+def worker_environment(threads: int, largest_input_bytes: int = 0) -> dict[str, str]:
     """The variables that hold a worker process to *threads* threads: specnsys's own pools
     (:data:`THREADS_VARIABLE`) and Polars's (``POLARS_MAX_THREADS``, read once, when Polars
-    loads). A ``POLARS_MAX_THREADS`` the user set is theirs: it is left out."""
+    loads). A ``POLARS_MAX_THREADS`` the user set is theirs: it is left out. With them, the
+    allocator's options for exports of up to *largest_input_bytes*
+    (:func:`specnsys.allocator.large_input_options`)."""
     env = {THREADS_VARIABLE: str(threads)}
     if "POLARS_MAX_THREADS" not in os.environ:
         env["POLARS_MAX_THREADS"] = str(threads)
-    return env
+    return env | large_input_options(largest_input_bytes)
 
 
 def hold_to_threads(threads: int) -> None:
-    """A pool worker's initializer: :func:`worker_environment` set in this process. It runs
+    """:func:`worker_environment` set in this process (:func:`set_worker_environment`)."""
+    set_worker_environment(worker_environment(threads))
+
+
+def set_worker_environment(env: dict[str, str]) -> None:
+    """A pool worker's initializer: *env*, the parent's :func:`worker_environment` (which
+    reads the parent's state), set in this process. It runs
     before the worker's first task imports Polars (this module imports nothing heavy), so
     Polars's pool gets the same size; a program that ``profile`` runs gets the values
     specnsys was given (:func:`specnsys.allocator.without_own_options`). A spawned worker
     first imports its parent's main module: when a script calling :func:`~specnsys.runset.
     collect.collect` imports Polars at its top, Polars's pool in the workers keeps its full
     size (the reader's and DuckDB's still get the share)."""
-    for variable, value in worker_environment(threads).items():
+    for variable, value in env.items():
         set_own_option(variable, value)
 
 

@@ -95,6 +95,36 @@ def test_a_large_export_leaves_the_users_own_options_and_the_address_space_ones(
     assert out == f"{POLARS_ALLOCATOR_OPTIONS},background_thread:false,narenas:1"
 
 
+@pytest.mark.parametrize(
+    ("given", "largest", "expected"),
+    [
+        (None, LARGE_INPUT_BYTES, POLARS_LARGE_INPUT_OPTIONS),
+        (None, LARGE_INPUT_BYTES - 1, POLARS_ALLOCATOR_OPTIONS),
+        ("narenas:1", LARGE_INPUT_BYTES, "narenas:1"),  # the user's own: kept
+    ],
+)
+def test_collect_workers_get_the_options_of_the_largest_trace(
+    given: str | None, largest: int, expected: str
+) -> None:
+    """collect's traces are in folders, which the command line's words do not size: its
+    pool's workers get the allocator's options for the largest trace (set by the pool's
+    initializer, before a worker loads Polars), unless the options are the user's."""
+    out = _python(
+        f"""
+        import multiprocessing, os
+        from specnsys.allocator import return_freed_memory
+        return_freed_memory()
+        from specnsys.runset.collect import _owned_pool
+        if __name__ == "__main__":
+            with _owned_pool(1, multiprocessing.get_context("spawn"), {largest}) as pool:
+                print(pool.submit(os.getenv, {POLARS_ALLOCATOR_VARIABLE!r}).result(timeout=120))
+        """,
+        **({} if given is None else {POLARS_ALLOCATOR_VARIABLE: given}),
+    )
+    # a parent that loaded Polars hands on its variable with Polars's defaults put first
+    assert out.endswith(expected), out
+
+
 def test_the_largest_named_file_counts_regular_files_only(tmp_path: Path) -> None:
     """What sizes the allocator's options: regular files among the words; a folder, a FIFO,
     a missing path, a name too long to look up and a NUL count nothing (no error)."""

@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from specnsys.attribution.window import parse_window
-from specnsys.cores import hold_to_threads, share_of_cores, usable_cores, worker_environment
+from specnsys.cores import (
+    set_worker_environment,
+    share_of_cores,
+    usable_cores,
+    worker_environment,
+)
 from specnsys.errors import BadInputError, SpecnsysError, UsageError
 from specnsys.ingest.cache import tmp_prefix
 from specnsys.ingest.connection import HAND_BACK_PREFIX
@@ -174,14 +179,18 @@ def _sendable_metrics() -> tuple[Metric, ...]:
 
 
 @contextlib.contextmanager
-def _owned_pool(workers: int, context: BaseContext) -> Iterator[ProcessPoolExecutor]:
+def _owned_pool(
+    workers: int, context: BaseContext, largest_bytes: int = 0
+) -> Iterator[ProcessPoolExecutor]:
     """A process pool whose workers are ended, not waited for, when the block is left by an
     exception (Ctrl-C, SIGTERM, the consumer stopping early): they are this collect's own
     processes, and a pool's own shutdown would wait for every running trace to finish."""
-    # each worker's pools sized to its share of the cores, before its first task loads Polars
+    # each worker's pools sized to its share of the cores, and its allocator to the largest
+    # trace (specnsys.allocator.large_input_options), before its first task loads Polars
     pool = ProcessPoolExecutor(
         max_workers=workers, mp_context=context,
-        initializer=hold_to_threads, initargs=(share_of_cores(workers),),
+        initializer=set_worker_environment,
+        initargs=(worker_environment(share_of_cores(workers), largest_bytes),),
     )  # fmt: skip
     try:
         yield pool
@@ -279,7 +288,7 @@ def default_workers(jobs: int, largest_bytes: int = 0) -> PoolSize:
 
 
 def _run_pool(
-    jobs: list[Job], workers: int, metrics: tuple[Metric, ...]
+    jobs: list[Job], workers: int, metrics: tuple[Metric, ...], largest_bytes: int = 0
 ) -> Iterator[tuple[Job, Outcome]]:
     """Run *jobs* in a local process pool; a job whose worker died is retried once alone.
     The outcomes come back through files in a private temporary folder (:func:`_safe_in_file`),
@@ -289,7 +298,7 @@ def _run_pool(
     context = multiprocessing.get_context("spawn")  # no fork of a process holding DuckDB threads
     retry: list[Job] = []
     with _hand_back_folder() as folder:
-        with _owned_pool(workers, context) as pool:
+        with _owned_pool(workers, context, largest_bytes) as pool:
             futures: dict[Future[_HandedBack | Outcome], Job] = {
                 pool.submit(_safe_in_file, *job, metrics, folder): job for job in jobs
             }
@@ -302,7 +311,7 @@ def _run_pool(
                 yield futures[future], outcome
         for job in retry:
             dead: list[BaseProcess] | None = None
-            with _owned_pool(1, context) as alone:
+            with _owned_pool(1, context, largest_bytes) as alone:
                 try:
                     outcome = _received(alone.submit(_safe_in_file, *job, metrics, folder).result())
                 except BrokenProcessPool:
@@ -366,13 +375,16 @@ _SIGNAL_NUMBERS = {int(s) for s in signal.Signals}
 _Cluster = TypeVar("_Cluster")
 
 
-def local_cluster(cluster_class: Callable[..., _Cluster], workers: int) -> _Cluster:
+def local_cluster(
+    cluster_class: Callable[..., _Cluster], workers: int, largest_bytes: int = 0
+) -> _Cluster:
     """``--dask local``'s cluster (*cluster_class*: distributed's ``LocalCluster``): *workers*
-    single-threaded worker processes, each holding its pools to its share of the cores (as
-    the pool's workers), with no dashboard."""
+    single-threaded worker processes, each holding its pools to its share of the cores and
+    its allocator to traces of up to *largest_bytes* (as the pool's workers), with no
+    dashboard."""
     return cluster_class(
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-        env=worker_environment(share_of_cores(workers)),
+        env=worker_environment(share_of_cores(workers), largest_bytes),
         # no dashboard, and its HTTP routes on a free local port: not Dask's default 8787,
         # which a second collect (or a dashboard already running) holds
         scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
@@ -380,9 +392,11 @@ def local_cluster(cluster_class: Callable[..., _Cluster], workers: int) -> _Clus
 
 
 def _run_dask(
-    jobs: list[Job], address: str, workers: int, metrics: tuple[Metric, ...]
-) -> Iterator[tuple[Job, Outcome]]:
-    """Run *jobs* on a Dask cluster at *address* (``local``: a LocalCluster of *workers*)."""
+    jobs: list[Job], address: str, workers: int, metrics: tuple[Metric, ...],
+    largest_bytes: int = 0,
+) -> Iterator[tuple[Job, Outcome]]:  # fmt: skip
+    """Run *jobs* on a Dask cluster at *address* (``local``: a LocalCluster of *workers* for
+    traces of up to *largest_bytes*)."""
     try:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
@@ -393,7 +407,7 @@ def _run_dask(
     cluster = None
     if address == "local":
         try:
-            cluster = local_cluster(LocalCluster, workers)
+            cluster = local_cluster(LocalCluster, workers, largest_bytes)
         except RuntimeError as exc:  # distributed's "Nanny failed to start": a worker's error
             raise UsageError(
                 f"--dask local: its workers failed to start ({exc}; their error is printed "
@@ -491,15 +505,16 @@ def collect(
     # ends on one of them while the other workers idle. The sort is stable: ties keep the
     # order the traces were found in.
     jobs.sort(key=lambda job: -sizes[job[0]])
+    largest = max(sizes.values(), default=0)
     n = workers
     if not n:
-        size = default_workers(len(jobs), max(sizes.values(), default=0))
+        size = default_workers(len(jobs), largest)
         n = size.workers
         if size.note is not None and (dask is None or dask == "local"):
             result.warnings.append(size.note)
     outcomes = (
-        _run_dask(jobs, dask, n, metrics) if dask
-        else _run_pool(jobs, n, metrics) if jobs else iter(())
+        _run_dask(jobs, dask, n, metrics, largest) if dask
+        else _run_pool(jobs, n, metrics, largest) if jobs else iter(())
     )  # fmt: skip
     try:
         for job, outcome in outcomes:
