@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--pid", type=int, help="process to analyze in every trace")
     p.add_argument("--workers", type=count_arg("workers", 1, WORKERS_LIMIT),
                    help="parallel analyses (default: the cores this process may use, by its "
-                   f"CPU affinity and quota; 1 to {WORKERS_LIMIT})")  # fmt: skip
+                   "CPU affinity and quota, and no more than the available memory holds "
+                   f"analyses of the largest trace; 1 to {WORKERS_LIMIT})")  # fmt: skip
     p.add_argument(
         "--dask", metavar="ADDRESS",
         help="run on Dask: tcp://HOST:PORT of a scheduler, or 'local' for a LocalCluster "
