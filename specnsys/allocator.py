@@ -61,7 +61,8 @@ ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
 #: Each variable set here, as this process was given it before (None: unset).
 _GIVEN: dict[str, str | None] = {}
-#: The options :func:`return_freed_memory` gave Polars's allocator (None: it gave none).
+#: The options :func:`return_freed_memory` gave Polars's allocator (empty: it gave none, the
+#: user's own or Polars's already loaded).
 _POLARS_SET: list[str] = []
 
 

@@ -45,6 +45,8 @@ def cgroup_memory_room(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP)
 
 
 def _mem_available(meminfo: Path) -> int | None:
+    """``MemAvailable`` of *meminfo*, in bytes (None where it cannot be read): free memory
+    alone would count the page cache, which the kernel gives up, as taken."""
     try:
         for line in meminfo.read_text().splitlines():
             name, _, value = line.partition(":")
@@ -57,10 +59,13 @@ def _mem_available(meminfo: Path) -> int | None:
 
 
 def _v2_room(folder: Path) -> float | None:
+    """The room under a v2 cgroup's ``memory.max`` (``memory.stat`` counts its own and its
+    descendants' pages)."""
     return _room(folder, "memory.max", "memory.current", "inactive_file")
 
 
 def _v1_room(folder: Path) -> float | None:
+    """The room under a v1 cgroup's limit (``total_``: the hierarchy's pages, as its usage)."""
     return _room(folder, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
 
 
