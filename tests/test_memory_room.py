@@ -107,6 +107,15 @@ def test_the_pool_is_no_wider_than_the_memory_holds_analyses_of_the_largest_trac
     assert pool_size(8, int(2.7e9), None).workers == 8  # memory not known: the cores
     assert pool_size(8, int(2.7e9), 1).workers == 1  # never none
     assert pool_size(2, 10**6, 64 * GIB).note is None  # small traces: one per core
+    # --workers: as asked, with a warning when more analyses run at once than the memory holds
+    assert size.asked_note(2, jobs=10) is None
+    assert size.asked_note(8, jobs=2) is None  # two traces: two analyses at once
+    note = size.asked_note(3, jobs=10)
+    assert note is not None and note.startswith(
+        "--workers 3: more analyses at once than the memory holds, 2 ("
+    ), note
+    assert pool_size(2, 10**6, 64 * GIB).asked_note(16, jobs=40) is None
+    assert pool_size(2, 10**6, None).asked_note(16, jobs=40) is None  # not known: no claim
 
 
 def test_collect_of_a_trace_too_big_for_two_workers_runs_one_and_says_why(
@@ -135,3 +144,25 @@ def test_collect_of_a_trace_too_big_for_two_workers_runs_one_and_says_why(
     assert [Path(t).name for t in doc["analysed"]] == ["real.sqlite"]
     assert list(map(Path, doc["failed"])) == [(folder / "huge.sqlite").resolve()]
     assert "specnsys: warning: collect runs 1 worker, not 2 (one per usable core)" in done.stderr
+
+
+def test_workers_asked_for_run_as_asked_with_a_warning_when_memory_is_short(
+    tmp_path: Path,
+) -> None:
+    room = available_memory()
+    assert room is not None
+    folder = tmp_path / "t"
+    folder.mkdir()
+    shutil.copyfile(SAMPLE_TRACES / "spec_chat_c4_k4.sqlite", folder / "real.sqlite")
+    with (folder / "huge.sqlite").open("wb") as handle:
+        handle.truncate(room)
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "--no-cache", "collect", str(folder), "-o",
+         str(tmp_path / "ds"), "--workers", "2", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [Path(t).name for t in json.loads(done.stdout)["analysed"]] == ["real.sqlite"]
+    assert "specnsys: warning: --workers 2: more analyses at once than the memory holds, 1 (" in (
+        done.stderr
+    ), done.stderr

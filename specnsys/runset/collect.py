@@ -507,11 +507,14 @@ def collect(
     jobs.sort(key=lambda job: -sizes[job[0]])
     largest = max(sizes.values(), default=0)
     n = workers
-    if not n:
+    if dask is None or dask == "local":  # this machine's workers: sized by its memory
         size = default_workers(len(jobs), largest)
-        n = size.workers
-        if size.note is not None and (dask is None or dask == "local"):
-            result.warnings.append(size.note)
+        note = size.asked_note(n, len(jobs)) if n else size.note
+        n = n or size.workers
+        if note is not None and jobs:
+            result.warnings.append(note)
+    elif not n:
+        n = default_workers(len(jobs), largest).workers  # unused: the cluster has its own
     outcomes = (
         _run_dask(jobs, dask, n, metrics, largest) if dask
         else _run_pool(jobs, n, metrics, largest) if jobs else iter(())

@@ -47,12 +47,30 @@ class PoolSize:
         """One line saying why the pool is narrower than the cores (None when it is not)."""
         if self.workers >= self.cores or self.available_bytes is None:
             return None
-        each = analysis_memory(self.largest_bytes)
         return (
             f"collect runs {self.workers} worker{'s' if self.workers != 1 else ''}, not "
-            f"{self.cores} (one per usable core): an analysis of the largest trace "
-            f"({self.largest_bytes / 1e9:.2f} GB) may take {each / 2**30:.1f} GiB, and "
-            f"{self.available_bytes / 2**30:.1f} GiB is available; --workers sets the count"
+            f"{self.cores} (one per usable core): {self._sizes()}; --workers sets the count"
+        )
+
+    def asked_note(self, asked: int, jobs: int) -> str | None:
+        """One line saying that *asked* workers (``--workers``) on *jobs* traces run more
+        analyses at once than the memory holds (None when they do not): they run as asked."""
+        if self.available_bytes is None:
+            return None
+        fit = max(1, self.available_bytes // analysis_memory(self.largest_bytes))
+        if min(asked, jobs) <= fit:
+            return None
+        return (
+            f"--workers {asked}: more analyses at once than the memory holds, {fit} "
+            f"({self._sizes()}); a worker the system kills for memory is retried alone"
+        )
+
+    def _sizes(self) -> str:
+        each = analysis_memory(self.largest_bytes)
+        return (
+            f"an analysis of the largest trace ({self.largest_bytes / 1e9:.2f} GB) may take "
+            f"{each / 2**30:.1f} GiB, and {(self.available_bytes or 0) / 2**30:.1f} GiB is "
+            "available"
         )
 
 
