@@ -339,6 +339,20 @@ def _importing_main_of_a_worker() -> bool:
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
+def _pool_width(
+    asked: int | None, jobs: int, largest_bytes: int, dask: str | None, warnings: list[str]
+) -> int:
+    """The workers for *jobs* traces: *asked* (``--workers``), else :func:`default_workers`;
+    a warning in *warnings* when this machine's memory set the count, or when the asked count
+    runs more analyses at once than it holds (a ``tcp://`` cluster's workers are its own)."""
+    size = default_workers(jobs, largest_bytes)
+    if dask is None or dask == "local":
+        note = size.asked_note(asked, jobs) if asked else size.note
+        if note is not None and jobs:
+            warnings.append(note)
+    return asked or size.workers
+
+
 def _worker_processes(pool: ProcessPoolExecutor) -> list[BaseProcess]:
     """The pool's worker processes (CPython's pool keeps them in a private attribute: none
     where it has none)."""
@@ -506,15 +520,7 @@ def collect(
     # order the traces were found in.
     jobs.sort(key=lambda job: -sizes[job[0]])
     largest = max(sizes.values(), default=0)
-    n = workers
-    if dask is None or dask == "local":  # this machine's workers: sized by its memory
-        size = default_workers(len(jobs), largest)
-        note = size.asked_note(n, len(jobs)) if n else size.note
-        n = n or size.workers
-        if note is not None and jobs:
-            result.warnings.append(note)
-    elif not n:
-        n = default_workers(len(jobs), largest).workers  # unused: the cluster has its own
+    n = _pool_width(workers, len(jobs), largest, dask, result.warnings)
     outcomes = (
         _run_dask(jobs, dask, n, metrics, largest) if dask
         else _run_pool(jobs, n, metrics, largest) if jobs else iter(())
