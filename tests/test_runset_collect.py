@@ -561,6 +561,24 @@ def test_a_script_that_calls_collect_without_a_main_guard_gets_one_clear_error(
     assert not manifest.exists() or json.loads(manifest.read_text())["failed"] == {}
 
 
+def test_a_fifo_named_as_a_trace_fails_in_one_line_and_does_not_hang(tmp_path: Path) -> None:
+    """A trace path named directly was fingerprinted by reading its first 64 KiB: a FIFO
+    (nothing writing to it) blocked that read, and collect hung. It is now no regular file,
+    a failed trace; the real one beside it lands."""
+    (trace,) = _copies(tmp_path / "t", ["spec_chat_c4_k4"])
+    fifo = tmp_path / "t" / "pipe.sqlite"
+    os.mkfifo(fifo)
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "--no-cache", "collect", str(trace), str(fifo),
+         "-o", str(tmp_path / "ds"), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["analysed"] == [str(trace.resolve())]
+    assert doc["failed"] == {str(fifo.resolve()): f"{fifo.resolve()}: not a regular file"}
+
+
 def test_collect_runs_where_no_temporary_folder_can_be_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -103,6 +103,8 @@ def file_identity(path: Path) -> tuple[int, int, str]:
     import hashlib
 
     st = stat_input(path)
+    if not stat.S_ISREG(st.st_mode):  # a FIFO's read would block; a device's never ends
+        raise BadInputError(f"{path}: not a regular file")
     digest = hashlib.blake2b(digest_size=16)
     # ctime cannot be set back from user space (os.utime sets only atime/mtime), and any write
     # to the file moves it: a rewrite that kept size, mtime and both ends is still caught.
