@@ -22,6 +22,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -270,6 +271,22 @@ def test_a_folder_with_anything_else_is_still_refused(tmp_path: Path) -> None:
     line = _one_line_error(_cli("collect", str(trace), "-o", str(dataset)))
     assert "not a specnsys dataset" in line and "'notes.txt'" in line
     assert (dataset / "notes.txt").read_text() == "mine"
+
+
+def test_a_manifest_that_is_no_regular_file_is_said_so(tmp_path: Path) -> None:
+    """A ``_specnsys.json`` that is a FIFO: the folder was refused as holding
+    '_specnsys.json' while "no _specnsys.json" (a contradiction); it now says the manifest
+    is not a regular file, nothing reads the FIFO, and it stays."""
+    trace = _copies(tmp_path / "t", ["baseline_chat_c4"])[0]
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    os.mkfifo(dataset / "_specnsys.json")
+    line = _one_line_error(_cli("collect", str(trace), "-o", str(dataset)))
+    assert line.endswith(
+        f"{dataset}: a folder that is not a specnsys dataset (its _specnsys.json is not a "
+        "regular file); give an empty or new folder"
+    ), line
+    assert stat.S_ISFIFO((dataset / "_specnsys.json").lstat().st_mode)
 
 
 # ------------------------------------------------------------- (g) every count is bounded

@@ -474,9 +474,13 @@ def _check_only_partial_state(root: Path) -> None:
             _is_manifest_leftover(entry)
         )  # fmt: skip
         if not own:
+            held = (
+                f"its {MANIFEST} is not a regular file" if entry.name == MANIFEST
+                else f"no {MANIFEST}; it holds {entry.name!r}"
+            )  # fmt: skip
             raise BadInputError(
-                f"{root}: a folder that is not a specnsys dataset (no {MANIFEST}; it holds "
-                f"{entry.name!r}); give an empty or new folder"
+                f"{root}: a folder that is not a specnsys dataset ({held}); give an empty or "
+                "new folder"
             )
 
 
