@@ -61,6 +61,8 @@ from common import (
     usable_cores,
 )
 
+from specnsys.runset.sizing import analysis_memory
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -281,7 +283,7 @@ def report(row: dict, analysis_name: str) -> str:
         ),
     ]
     if row["cold"]["returncode"] == 0:
-        budget = 300 + 1.5 * size / 2**20
+        budget = analysis_memory(size) / 2**20  # the 300 MiB + 1.5x the file
         peak = row["cold"]["peak_rss_mb"]
         lines.append(
             f"   {'cold peak RSS against its budget':<40}{peak:8.0f} MiB of 300 MiB + 1.5x file = "

@@ -118,6 +118,29 @@ def test_the_pool_is_no_wider_than_the_memory_holds_analyses_of_the_largest_trac
     assert pool_size(2, 10**6, None).asked_note(16, jobs=40) is None  # not known: no claim
 
 
+def _collect_beside_a_huge_trace(
+    tmp_path: Path, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """``collect --json`` (with *options*) of a real sample trace beside a sparse file as
+    large as the available memory (``huge.sqlite``: no export, it fails), after checking that
+    the real one, and only it, landed."""
+    room = available_memory()
+    assert room is not None
+    folder = tmp_path / "t"
+    folder.mkdir()
+    shutil.copyfile(SAMPLE_TRACES / "spec_chat_c4_k4.sqlite", folder / "real.sqlite")
+    with (folder / "huge.sqlite").open("wb") as handle:
+        handle.truncate(room)
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "--no-cache", "collect", str(folder), "-o",
+         str(tmp_path / "ds"), *options, "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [Path(t).name for t in json.loads(done.stdout)["analysed"]] == ["real.sqlite"]
+    return done
+
+
 def test_collect_of_a_trace_too_big_for_two_workers_runs_one_and_says_why(
     tmp_path: Path,
 ) -> None:
@@ -127,42 +150,16 @@ def test_collect_of_a_trace_too_big_for_two_workers_runs_one_and_says_why(
     the sizes; it fails as no export, and the real trace beside it lands."""
     if usable_cores() < 2:
         pytest.skip("one usable core: one worker anyway")
-    room = available_memory()
-    assert room is not None
-    folder = tmp_path / "t"
-    folder.mkdir()
-    shutil.copyfile(SAMPLE_TRACES / "spec_chat_c4_k4.sqlite", folder / "real.sqlite")
-    with (folder / "huge.sqlite").open("wb") as handle:
-        handle.truncate(room)
-    done = subprocess.run(
-        [sys.executable, "-m", "specnsys", "--no-cache", "collect", str(folder), "-o",
-         str(tmp_path / "ds"), "--json"],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = _collect_beside_a_huge_trace(tmp_path)
     doc = json.loads(done.stdout)
-    assert [Path(t).name for t in doc["analysed"]] == ["real.sqlite"]
-    assert list(map(Path, doc["failed"])) == [(folder / "huge.sqlite").resolve()]
+    assert list(map(Path, doc["failed"])) == [(tmp_path / "t" / "huge.sqlite").resolve()]
     assert "specnsys: warning: collect runs 1 worker, not 2 (one per usable core)" in done.stderr
 
 
 def test_workers_asked_for_run_as_asked_with_a_warning_when_memory_is_short(
     tmp_path: Path,
 ) -> None:
-    room = available_memory()
-    assert room is not None
-    folder = tmp_path / "t"
-    folder.mkdir()
-    shutil.copyfile(SAMPLE_TRACES / "spec_chat_c4_k4.sqlite", folder / "real.sqlite")
-    with (folder / "huge.sqlite").open("wb") as handle:
-        handle.truncate(room)
-    done = subprocess.run(
-        [sys.executable, "-m", "specnsys", "--no-cache", "collect", str(folder), "-o",
-         str(tmp_path / "ds"), "--workers", "2", "--json"],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert [Path(t).name for t in json.loads(done.stdout)["analysed"]] == ["real.sqlite"]
+    done = _collect_beside_a_huge_trace(tmp_path, "--workers", "2")
     assert "specnsys: warning: --workers 2: more analyses at once than the memory holds, 1 (" in (
         done.stderr
     ), done.stderr

@@ -468,6 +468,19 @@ def test_the_largest_traces_go_to_the_workers_first(tmp_path: Path) -> None:
     assert [Path(t).stem for t in order] == ["c", "a", "b"]
 
 
+def _collect_with_fault(metric: str, tmp_path: Path) -> list[str]:
+    """The command line of a 2-worker ``collect --json`` of *tmp_path*/t into *tmp_path*/ds,
+    with the fault *metric* of tests/collect_faults.py registered (it runs in the workers)."""
+    code = (
+        "import sys; from specnsys.metrics import registry; "
+        f"from tests.collect_faults import {metric}; "
+        f"registry.register({metric}); from specnsys.cli.main import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-c", code, "--no-cache", "collect", str(tmp_path / "t"), "-o",
+            str(tmp_path / "ds"), "--workers", "2", "--json"]  # fmt: skip
+
+
 def test_a_worker_killed_while_handing_its_result_back_does_not_hang_collect(
     tmp_path: Path,
 ) -> None:
@@ -478,15 +491,8 @@ def test_a_worker_killed_while_handing_its_result_back_does_not_hang_collect(
     and only a file's name, written whole, crosses the pipe: every trace is analysed, within
     seconds."""
     _copies(tmp_path / "t")
-    code = (
-        "import sys; from specnsys.metrics import registry; "
-        "from tests.collect_faults import DIES_HANDING_BACK; "
-        "registry.register(DIES_HANDING_BACK); from specnsys.cli.main import main; "
-        "sys.exit(main(sys.argv[1:]))"
-    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "--no-cache", "collect", str(tmp_path / "t"), "-o",
-         str(tmp_path / "ds"), "--workers", "2", "--json"],
+        _collect_with_fault("DIES_HANDING_BACK", tmp_path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         start_new_session=True,  # its own group: a hung pool's workers end with it below
     )  # fmt: skip
@@ -506,15 +512,8 @@ def test_a_trace_whose_worker_dies_twice_is_reported_with_the_signal(tmp_path: P
     """A trace that kills its worker on every try (armed by a registered metric,
     tests/collect_faults.py) fails with the signal that ended the retry; the others land."""
     _copies(tmp_path / "t")
-    code = (
-        "import sys; from specnsys.metrics import registry; "
-        "from tests.collect_faults import DIES_ON_ONE; "
-        "registry.register(DIES_ON_ONE); from specnsys.cli.main import main; "
-        "sys.exit(main(sys.argv[1:]))"
-    )
     done = subprocess.run(
-        [sys.executable, "-c", code, "--no-cache", "collect", str(tmp_path / "t"), "-o",
-         str(tmp_path / "ds"), "--workers", "2", "--json"],
+        _collect_with_fault("DIES_ON_ONE", tmp_path),
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
