@@ -72,6 +72,9 @@ _SHM = Path("/dev/shm")
 # nsys 2022.4 writes these into /tmp whatever TMPDIR says; the profiled program's environment
 # names them (QUADD_INJECTION_CONFIG, QUADD_OS_RUNTIME_CONFIG).
 _INJECTION_CONFIG = re.compile(rb"/tmp/injection_config_[0-9a-f]+")
+#: The pid of nsys's agent, as the profiled program's environment names it: its segment in
+#: /dev/shm is named after it, and the agent may have exited before the capture saw it.
+_AGENT_PID = re.compile(rb"(?:^|\0)QUADD_AGENT_PID=(\d+)")
 _REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdstrm")
 _TMPDIR_KIND = "specnsys-nsys-"  # + pid: the private TMPDIR of a capture
 _RELAY_S = 0.05  # how often the program's output files are copied to our stdout/stderr
@@ -468,6 +471,7 @@ class _Capture:
         self.proc: subprocess.Popen[bytes] | None = None
         self.seen: dict[int, _Proc] = {}  # every process of the capture noticed so far
         self.configs: set[Path] = set()  # nsys's injection configs named in their environment
+        self.agents: set[int] = set()  # the agent pids named in their environment
         temp_root = Path(tempfile.gettempdir())
         sweep_stale(temp_root, (_TMPDIR_KIND,))  # what a capture killed outright left
         try:
@@ -573,6 +577,7 @@ class _Capture:
         self.seen.update(members)
         for p in members.values():
             self.configs.update(Path(m.decode()) for m in _INJECTION_CONFIG.findall(p.environ))
+            self.agents.update(int(m) for m in _AGENT_PID.findall(p.environ))
         return members
 
     def abandon(self) -> None:
@@ -595,10 +600,12 @@ class _Capture:
     def _remove_nsys_files(self) -> None:
         """nsys's injection configs in /tmp and, per process, its semaphore and agent segment in
         /dev/shm: only this user's, and only ones made since the capture began (a pid of ours
-        may since have been reused)."""
+        may since have been reused). The agent's segment goes by the pid its members'
+        environment names too: an agent that ended before the first scan was never seen."""
         paths = set(self.configs)
         for pid in self.seen:
             paths.add(_SHM / f"sem.nsys_sem_{pid}")
+        for pid in self.seen.keys() | self.agents:
             paths.add(_SHM / f"quadd-agent-instance-{pid}")
         for path in paths:
             with contextlib.suppress(OSError):

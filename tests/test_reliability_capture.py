@@ -292,3 +292,34 @@ def test_the_leftovers_of_a_killed_capture_are_swept_by_the_next(tmp_path: Path)
     assert sorted(p.name for p in out.parent.iterdir()) == ["X.sqlite"]
     assert earlier.read_bytes() == b"SQLite format 3\0 earlier trace"
     assert not any(p.name.startswith("specnsys-nsys-") for p in tmpdir.iterdir())
+
+
+def test_an_agent_segment_is_removed_though_its_agent_was_never_seen(tmp_path: Path) -> None:
+    """nsys's agent leaves ``/dev/shm/quadd-agent-instance-<pid>``; the profiled program names
+    that pid in ``QUADD_AGENT_PID``. An agent that had already exited when the capture was
+    first scanned (a loaded machine, a capture cut short) was never seen, and its segment
+    stayed after an abandoned capture (found as a flaky run of the test above, 'timeout'). The
+    segment is removed by the pid the members' environment names."""
+    from specnsys.capture import MARKER, _Capture
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that was never alive while the capture looked
+    capture = _Capture(tmp_path / "out" / "run", None, echo=False)
+    segment = Path(f"/dev/shm/quadd-agent-instance-{gone.pid}")
+    segment.write_bytes(b"agent")
+    member = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, MARKER: capture.id, "QUADD_AGENT_PID": str(gone.pid)},
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while member.pid not in capture._scan() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until its environment is readable
+        capture.abandon()
+        assert member.wait(timeout=10) == -signal.SIGKILL  # a member: ended
+        assert not segment.exists(), "the agent's segment was left in /dev/shm"
+    finally:
+        member.kill()
+        member.wait()
+        segment.unlink(missing_ok=True)
+        capture.close()
