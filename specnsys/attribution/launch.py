@@ -76,11 +76,12 @@ def _ops(
     correlation_ids: pl.Series | None = None,
     graph: _GraphJoin | None = None,
     names: bool = False,
+    devices: bool = False,
 ) -> pl.LazyFrame:
     """Every GPU op (kernels, memcpy, memset, whole-graph replays) of *pid* overlapping
     *window* (and with one of *correlation_ids*), with the filters pushed into the scans.
     Without *details* only what attribution needs is read (kind, times, ids; and the op's
-    ``name`` with *names*). With *graph*
+    ``name`` with *names*, its ``device_id`` with *devices*). With *graph*
     (a trace with graph work) each op also gets ``node_phase`` (:mod:`.graph_nodes`), and
     whole-graph rows whose launch has node-level ops are left out."""
 
@@ -98,6 +99,8 @@ def _ops(
         ]
         if details:
             cols += [pl.col(c).cast(_I64) for c in ("device_id", "stream_id")]
+        elif devices:
+            cols.append(pl.col("device_id").cast(_I64))
         if details:
             cols.append(name.cast(pl.String).alias("name"))
         elif names:
@@ -201,13 +204,15 @@ def attributed_gpu_ops(
     runtime: pl.DataFrame | None = None,
     launched_between: tuple[int, int] | None = None,
     names: bool = False,
+    devices: bool = False,
 ) -> pl.DataFrame:
     """GPU ops of *pid* (every process when None) overlapping *window* ``(start, end)`` ns
     (all when None), each with its launching call and ``phase`` (see :func:`gpu_ops_with_phase`).
 
     Without *details* only ``op_kind, start, end, phase`` come back (what the timeline needs;
     and ``name`` with *names*: what a per-kernel summary needs, without the wide frame of
-    *details*), in no particular order; with *details* the ops keep the model's order.
+    *details*; ``device_id`` with *devices*: what the GPU-metrics bandwidth needs), in no
+    particular order; with *details* the ops keep the model's order.
     *runtime* is :func:`attributed_runtime`'s frame for the same *pid* when the caller has it
     (it is reused, not recomputed). With *launched_between* ``(a, b)`` only ops whose launching
     call started in ``[a, b)`` are read. One launching call is taken per ``(pid,
@@ -233,8 +238,11 @@ def attributed_gpu_ops(
         trace, index, pid, calls, call_keys, packed, launched_between, details
     )
     graph = _GraphJoin.of(trace, index, pid)
-    ops = _ops(trace, pid, window, details, wanted, graph, names)
-    lean = ["op_kind", "start", "end", "phase", *(["name"] if names else [])]
+    ops = _ops(trace, pid, window, details, wanted, graph, names, devices)
+    lean = [
+        "op_kind", "start", "end", "phase", *(["name"] if names else []),
+        *(["device_id"] if devices else []),
+    ]  # fmt: skip
     if packed:  # the same columns come out as from the two-column join
         ops = ops.with_columns(_packed_key("pid", "correlation_id"))
         calls = calls.drop("rt_pid", "rt_corr", strict=False)

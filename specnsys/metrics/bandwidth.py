@@ -17,13 +17,13 @@
 from __future__ import annotations
 
 import re
-import uuid
 from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
 from specnsys.attribution.context import attribution_context
-from specnsys.attribution.launch import gpu_ops_with_phase
+from specnsys.attribution.intervals import islands_frame
+from specnsys.attribution.launch import attributed_gpu_ops
 from specnsys.metrics.events import Scope, mark_phases
 from specnsys.vocabulary import TARGET_BYTES_MARK
 
@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_THRESHOLD_PCT", "Bandwidth", "MarkedBandwidth", "SampledBandwidth",
-    "memory_bandwidth",
+    "memory_bandwidth", "metric_ops", "running_phases",
 ]
+
+_I64 = pl.Int64
 
 
 class SampledPhase(TypedDict):
@@ -131,54 +133,20 @@ def _from_gpu_metrics(
     if not metric_names:
         shown = ", ".join(sorted(names)[:6]) or "none"
         return None, f"GPU_METRICS has no DRAM bandwidth metric (metrics: {shown})"
-    devices = sorted({int(d) for d in ops["device_id"].drop_nulls().to_list()})
-    ops_name = f"_specnsys_bw_ops_{uuid.uuid4().hex}"
-    con.register(ops_name, ops.select("phase", "start", "end", "device_id").to_arrow())
-    try:
-        rows = con.execute(
-            f"""
-            WITH samples AS (
-                SELECT timestamp AS t, device_id, sum(value)::DOUBLE AS pct
-                FROM gpu_metrics
-                WHERE list_contains($metrics, metric_name) AND timestamp >= $ws
-                  AND timestamp < $we AND list_contains($devices, device_id)
-                GROUP BY ALL
-            ),
-            running AS (
-                SELECT DISTINCT s.t, s.device_id, s.pct, o.phase
-                FROM samples s JOIN {ops_name} o
-                  ON o.device_id = s.device_id AND o.start <= s.t AND s.t < o."end"
-            ),
-            weighted AS (
-                SELECT *, 1.0 / count(*) OVER (PARTITION BY t, device_id) AS w FROM running
-            )
-            SELECT phase, sum(w) AS samples, sum(w * pct) / sum(w) AS mean_pct,
-                   sum(w * (pct >= $thr)::INT) / sum(w) AS above,
-                   (SELECT count(*) FROM samples) AS all_samples,
-                   (SELECT count(*) FROM (SELECT DISTINCT t, device_id FROM running)) AS busy
-            FROM weighted GROUP BY phase ORDER BY phase
-            """,
-            {
-                "metrics": metric_names,
-                "ws": scope.start_ns,
-                "we": scope.end_ns,
-                "devices": devices,
-                "thr": threshold,
-            },
-        ).fetchall()
-    finally:
-        con.unregister(ops_name)
-    if not rows:
+    devices = ops["device_id"].drop_nulls().unique().sort().cast(_I64).to_list()
+    samples = _samples(trace, scope, metric_names, devices)
+    running = running_phases(samples, ops)
+    if running.height == 0:
         return None, "no GPU_METRICS samples fall on GPU work of the process in the window"
     peak = _device_bandwidth(trace, devices)
     by_phase: dict[str, SampledPhase] = {
         str(phase): {
-            "samples": float(samples),
+            "samples": float(n),
             "mean_pct": float(mean_pct),
             "fraction_above_threshold": float(above),
             "mean_bytes_per_s": None if peak is None else peak * float(mean_pct) / 100.0,
         }
-        for phase, samples, mean_pct, above, _, _ in rows
+        for phase, n, mean_pct, above in _per_phase(running, threshold).iter_rows()
     }
     return {
         "source": "gpu_metrics",
@@ -186,10 +154,96 @@ def _from_gpu_metrics(
         "threshold_pct": threshold,
         "peak_bytes_per_s": peak,
         "device_ids": devices,
-        "samples": int(rows[0][4]),
-        "busy_samples": int(rows[0][5]),
+        "samples": samples.height,
+        "busy_samples": running.select("t", "device_id").n_unique(),
         "by_phase": by_phase,
     }, None
+
+
+def _samples(
+    trace: Trace, scope: Scope, metric_names: list[str], devices: list[int]
+) -> pl.DataFrame:
+    """The window's samples of *devices* (``t, device_id, pct``): per instant and device, the
+    chosen metrics' percentages summed (DRAM read + write: the share of its peak in use)."""
+    return (
+        trace.table("gpu_metrics")
+        .filter(
+            pl.col("metric_name").is_in(metric_names)
+            & (pl.col("timestamp") >= scope.start_ns)
+            & (pl.col("timestamp") < scope.end_ns)
+            & pl.col("device_id").is_in(devices)
+        )
+        .group_by(pl.col("timestamp").cast(_I64).alias("t"), pl.col("device_id").cast(_I64))
+        .agg(pl.col("value").sum().cast(pl.Float64).alias("pct"))
+        .collect()
+    )
+
+
+def running_phases(samples: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Each sample (``t, device_id, pct``) once per phase with GPU work running at its instant
+    on its device (``[start, end)`` holds ``t``; *ops*: ``phase, start, end, device_id``):
+    ``t, device_id, pct, phase``, in no particular order.
+
+    Per device and phase, the ops are merged into disjoint islands first; a sample then runs
+    in that phase when the last island starting at or before it has not ended: an as-of join
+    per (device, phase), a sorted merge. The interval join it replaces (each sample against
+    every op of its device) took 49 s for 100k samples and 200k kernels
+    (docs/performance.md#issue-35-twelfth-session-gpu-metrics-samples-against-the-ops)."""
+    schema = {"t": _I64, "device_id": _I64, "pct": pl.Float64, "phase": pl.String}
+    by_device = {
+        key[0]: part.sort("t") for key, part in samples.partition_by("device_id", as_dict=True).items()
+    }
+    parts = [pl.DataFrame(schema=schema)]
+    busy = ops.filter(pl.col("device_id").is_not_null() & (pl.col("end") > pl.col("start")))
+    for (device, phase), mine in busy.partition_by("device_id", "phase", as_dict=True).items():
+        mine_samples = by_device.get(device)
+        if mine_samples is None:
+            continue
+        islands = islands_frame(
+            mine.select(pl.lit(0).alias("k"), pl.col("start").alias("s"), pl.col("end").alias("e")),
+            "k",
+        ).select(pl.col("a").cast(_I64), pl.col("b").cast(_I64)).sort("a")
+        hit = mine_samples.join_asof(islands, left_on="t", right_on="a", strategy="backward")
+        parts.append(
+            hit.filter(pl.col("t") < pl.col("b")).select(
+                "t", "device_id", "pct", pl.lit(phase, pl.String).alias("phase")
+            )
+        )
+    return pl.concat(parts)
+
+
+def _per_phase(running: pl.DataFrame, threshold: float) -> pl.DataFrame:
+    """Per phase (sorted): its samples, each weighted by 1 / the phases running at its instant
+    (a sample two phases share counts half to each), their weighted mean percentage and the
+    weighted fraction at or above *threshold*."""
+    w = 1.0 / pl.len().over("t", "device_id")
+    return (
+        running.with_columns(w.alias("w"))
+        .group_by("phase")
+        .agg(
+            pl.col("w").sum().alias("samples"),
+            ((pl.col("w") * pl.col("pct")).sum() / pl.col("w").sum()).alias("mean_pct"),
+            ((pl.col("w") * (pl.col("pct") >= threshold)).sum() / pl.col("w").sum()).alias(
+                "above"
+            ),
+        )
+        .sort("phase")
+    )
+
+
+def metric_ops(trace: Trace, scope: Scope) -> pl.DataFrame:
+    """The process's GPU ops in the window that the samples fall on: ``op_kind, start, end,
+    phase, device_id``, empty ones dropped.
+
+    Only the GPU_METRICS source needs every op with its phase and device: the lean launch
+    attribution with the device (the detailed frame, every op's names and ids sorted, took
+    1.8 s and 1.3 GiB more at 2M kernels); the analysis's context, when *scope* has one,
+    supplies the phase index and the attributed calls."""
+    with attribution_context(trace, scope.rules, scope.context) as shared:
+        return attributed_gpu_ops(
+            trace, shared.phase_index(), pid=scope.pid, window=(scope.start_ns, scope.end_ns),
+            runtime=shared.runtime(scope.pid, details=False), devices=True,
+        ).filter(pl.col("end") > pl.col("start"))  # fmt: skip
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -255,14 +309,7 @@ def memory_bandwidth(
     devices = _devices(trace, scope)
     reasons = []
     if caps["gpu_metrics"].available:
-        # Only this source needs every GPU op with its phase and device.
-        # the analysis's context supplies the phase index and the attributed calls
-        with attribution_context(trace, scope.rules, scope.context) as shared:
-            ops = gpu_ops_with_phase(
-                trace, rules=scope.rules, pid=scope.pid, window=(scope.start_ns, scope.end_ns),
-                index=shared.phase_index(), runtime=shared.runtime(scope.pid),
-            ).filter(pl.col("end") > pl.col("start"))  # fmt: skip
-        result, why = _from_gpu_metrics(trace, scope, ops, threshold_pct)
+        result, why = _from_gpu_metrics(trace, scope, metric_ops(trace, scope), threshold_pct)
         if result is not None:
             return result, None
         reasons.append(str(why))
