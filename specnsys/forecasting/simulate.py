@@ -21,9 +21,11 @@ replicate.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -65,16 +67,11 @@ def tokens_distribution(survival: Sequence[float], k: int) -> npt.NDArray[np.flo
 def _makespan(steps: Sequence[int], concurrency: int) -> int:
     """Decode steps of the loop (module docs) whose requests need *steps* steps each, in
     admission order."""
-    free = [0] * concurrency
-    heapq.heapify(free)
-    end = 0
+    free = [0] * concurrency  # when each slot frees; a heap (all 0 is one)
     for s in steps:
-        if s <= 0:
-            continue
-        start = heapq.heappop(free)
-        heapq.heappush(free, start + s)
-        end = max(end, start + s)
-    return end
+        if s > 0:  # into the slot that frees first, which then frees s steps later
+            heapq.heapreplace(free, free[0] + s)
+    return max(free)
 
 
 def _baseline(needed: Ints, inputs: npt.NDArray[np.float64], concurrency: int) -> tuple[
@@ -83,6 +80,22 @@ def _baseline(needed: Ints, inputs: npt.NDArray[np.float64], concurrency: int) -
     s = needed.astype(np.float64)
     ctx = float(np.sum(s * (inputs + 1.0) + s * (s - 1.0) / 2.0))
     return float(_makespan(needed.tolist(), concurrency)), float(s.sum()), ctx
+
+
+def _tokens(
+    draws: npt.NDArray[np.float64], cumulative: npt.NDArray[np.float64]
+) -> npt.NDArray[np.integer[Any]]:
+    """Tokens per draw: 1 plus the cumulative probabilities at or below it (what
+    ``searchsorted(cumulative, draws, side="right") + 1`` gives), one comparison per draft
+    position over the matrix: a binary search per draw cost 3-10x more on the few (k)
+    positions (docs/performance.md#issue-35-twelfth-session-the-forecasts-simulation)."""
+    # a byte per draw while k + 1 fits one (it always does in practice): the matrix is
+    # cumulated into 64-bit sums by the caller
+    small = np.int8 if cumulative.size < np.iinfo(np.int8).max else np.int64
+    tokens = np.ones(draws.shape, dtype=small)
+    for bound in cumulative:
+        tokens += draws >= bound
+    return tokens
 
 
 def _spec_once(
@@ -100,9 +113,8 @@ def _spec_once(
     ctx = 0.0
     for lo in range(0, needed.size, block):
         need = needed[lo : lo + block]
-        draws = rng.random((need.size, width))
-        tokens = np.searchsorted(cumulative, draws, side="right").astype(np.int64) + 1
-        cum = np.cumsum(tokens, axis=1)
+        tokens = _tokens(rng.random((need.size, width)), cumulative)
+        cum = np.cumsum(tokens, axis=1, dtype=np.int64)
         before = cum < need[:, None]
         own = before.sum(axis=1) + (need > 0)
         steps[lo : lo + block] = own
@@ -125,7 +137,29 @@ def simulate_run(
     """The sums of one closed-loop run (module docs) of the requests *outputs* / *inputs*
     (input lengths unknown: None, context counts the output only), at *concurrency* and *k*
     drafts per step (0: a baseline) under the acceptance *survival* ``P(accepted >= i)``.
-    With *weights*, each replicate serves *requests* requests drawn by weight."""
+    With *weights*, each replicate serves *requests* requests drawn by weight.
+
+    A pure function of its arguments (the generator is seeded), so a run asked for again is
+    answered from a small cache: ``advise`` forecasts the same configurations with and without
+    each cut, which change the costs, not the run (32 runs, 13 of them distinct, on the
+    2M-kernel bench export)."""
+    return _simulated(
+        tuple(outputs), None if inputs is None else tuple(inputs), concurrency, k,
+        tuple(survival), None if weights is None else tuple(weights), requests, seed,
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=32)
+def _simulated(
+    outputs: tuple[int, ...],
+    inputs: tuple[int, ...] | None,
+    concurrency: int,
+    k: int,
+    survival: tuple[float, ...],
+    weights: tuple[float, ...] | None,
+    requests: int | None,
+    seed: int,
+) -> RunSums:
     rng = np.random.default_rng(seed)
     out = np.asarray(outputs, dtype=np.int64)
     inp = np.zeros(out.size) if inputs is None else np.asarray(inputs, dtype=np.float64)

@@ -1,0 +1,83 @@
+"""The simulated run's pieces against their definitions (specnsys/forecasting/simulate.py).
+
+The forecast's simulator is the time of ``forecast`` and ``advise`` on a long workload; its
+pieces were made cheaper without changing a number: the tokens of a draw by comparisons
+instead of a binary search, the loop's slots by one heap operation per request, and a run
+asked for again answered from a cache. These tests hold each piece to what it replaced."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specnsys.forecasting import simulate
+from specnsys.forecasting.simulate import _makespan, _tokens, simulate_run
+
+
+def _heap_makespan(steps: list[int], concurrency: int) -> int:
+    """The loop as first written: pop the slot that frees first, push its new end, keep the
+    largest end seen."""
+    free = [0] * concurrency
+    heapq.heapify(free)
+    end = 0
+    for s in steps:
+        if s <= 0:
+            continue
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + s)
+        end = max(end, start + s)
+    return end
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-2, 40), max_size=60), st.integers(1, 9))
+def test_makespan_is_the_list_schedule(steps: list[int], concurrency: int) -> None:
+    assert _makespan(steps, concurrency) == _heap_makespan(steps, concurrency)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=9),
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+)
+def test_tokens_of_a_draw_are_the_binary_searchs(
+    weights: list[float], seed: int, on_bounds: bool
+) -> None:
+    """1 + the number of cumulative probabilities at or below the draw, ties included."""
+    p = np.asarray(weights) + 1e-3
+    cumulative = np.cumsum(p / p.sum())[:-1]
+    draws = np.random.default_rng(seed).random((7, 11))
+    if on_bounds and cumulative.size:  # draws exactly on a bound count it
+        draws[0, : cumulative.size] = cumulative[: draws.shape[1]]
+    expected = np.searchsorted(cumulative, draws, side="right") + 1
+    got = _tokens(draws, cumulative)
+    assert got.shape == draws.shape
+    assert np.array_equal(got.astype(np.int64), expected)
+
+
+def test_many_draft_positions_keep_the_wide_integers() -> None:
+    cumulative = np.linspace(0.0, 1.0, 200, endpoint=False)[1:]
+    draws = np.random.default_rng(3).random((5, 40))
+    got = _tokens(draws, cumulative)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, np.searchsorted(cumulative, draws, side="right") + 1)
+
+
+def test_a_run_asked_for_again_is_the_same_and_not_simulated_twice() -> None:
+    simulate._simulated.cache_clear()
+    survival = [0.8, 0.6, 0.4, 0.2]
+    outputs = list(range(1, 300))
+    first = simulate_run(outputs, None, 8, 4, survival, seed=5)
+    again = simulate_run(tuple(outputs), None, 8, 4, tuple(survival), seed=5)
+    assert again == first
+    info = simulate._simulated.cache_info()
+    assert (info.hits, info.misses) == (1, 1)
+    other = simulate_run(outputs, None, 8, 4, survival, seed=6)  # another seed: another run
+    assert other != first and simulate._simulated.cache_info().misses == 2
+    # the numbers are a simulation's, not the cache's: a fresh one gives them again
+    simulate._simulated.cache_clear()
+    assert simulate_run(outputs, None, 8, 4, survival, seed=5) == first
