@@ -8,8 +8,11 @@ asked for again answered from a cache. These tests hold each piece to what it re
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,17 +70,36 @@ def test_many_draft_positions_keep_the_wide_integers() -> None:
     assert np.array_equal(got, np.searchsorted(cumulative, draws, side="right") + 1)
 
 
-def test_a_run_asked_for_again_is_the_same_and_not_simulated_twice() -> None:
-    simulate._simulated.cache_clear()
+def test_a_run_asked_for_again_is_the_same_and_not_simulated_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    simulated: list[int] = []
+    real = simulate._simulate
+
+    def counted(*args: Any) -> simulate.RunSums:
+        simulated.append(args[-1])  # the seed
+        return real(*args)
+
+    monkeypatch.setattr(simulate, "_simulate", counted)
+    monkeypatch.setattr(simulate, "_RUNS", OrderedDict())
     survival = [0.8, 0.6, 0.4, 0.2]
     outputs = list(range(1, 300))
     first = simulate_run(outputs, None, 8, 4, survival, seed=5)
+    # the same values as another sequence type: the same run
     again = simulate_run(tuple(outputs), None, 8, 4, tuple(survival), seed=5)
-    assert again == first
-    info = simulate._simulated.cache_info()
-    assert (info.hits, info.misses) == (1, 1)
+    assert again == first and simulated == [5]
     other = simulate_run(outputs, None, 8, 4, survival, seed=6)  # another seed: another run
-    assert other != first and simulate._simulated.cache_info().misses == 2
+    assert other != first and simulated == [5, 6]
+    assert simulate_run(outputs, None, 8, 4, survival, weights=[1.0] * 299, seed=5) != first
+    assert simulate_run(outputs, list(outputs), 8, 4, survival, seed=5) != first
+    assert len(simulated) == 4
     # the numbers are a simulation's, not the cache's: a fresh one gives them again
-    simulate._simulated.cache_clear()
+    monkeypatch.setattr(simulate, "_RUNS", OrderedDict())
     assert simulate_run(outputs, None, 8, 4, survival, seed=5) == first
+
+
+def test_the_cache_keeps_the_last_runs_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(simulate, "_RUNS", OrderedDict())
+    for seed in range(simulate._RUNS_KEPT + 5):
+        simulate_run([3, 4, 5], None, 2, 2, [0.5, 0.25], seed=seed)
+    assert len(simulate._RUNS) == simulate._RUNS_KEPT

@@ -21,8 +21,10 @@ replicate.
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import heapq
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -142,21 +144,56 @@ def simulate_run(
     A pure function of its arguments (the generator is seeded), so a run asked for again is
     answered from a small cache: ``advise`` forecasts the same configurations with and without
     each cut, which change the costs, not the run (32 runs, 13 of them distinct, on the
-    2M-kernel bench export)."""
-    return _simulated(
-        tuple(outputs), None if inputs is None else tuple(inputs), concurrency, k,
-        tuple(survival), None if weights is None else tuple(weights), requests, seed,
-    )  # fmt: skip
+    2M-kernel bench export). The cache keeps a digest of the arguments, not the arguments:
+    a workload of a million requests is not held for the life of the process."""
+    key = _run_key(outputs, inputs, survival, weights, (concurrency, k, requests, seed))
+    with _RUNS_LOCK:
+        found = _RUNS.get(key)
+        if found is not None:
+            _RUNS.move_to_end(key)
+            return found
+    result = _simulate(outputs, inputs, concurrency, k, survival, weights, requests, seed)
+    with _RUNS_LOCK:
+        _RUNS[key] = result
+        while len(_RUNS) > _RUNS_KEPT:
+            _RUNS.popitem(last=False)
+    return result
 
 
-@functools.lru_cache(maxsize=32)
-def _simulated(
-    outputs: tuple[int, ...],
-    inputs: tuple[int, ...] | None,
+#: The simulated runs kept (:func:`simulate_run`), least recently asked for dropped first.
+_RUNS: OrderedDict[bytes, RunSums] = OrderedDict()
+_RUNS_KEPT = 32
+_RUNS_LOCK = threading.Lock()
+
+
+def _run_key(
+    outputs: Sequence[int],
+    inputs: Sequence[int] | None,
+    survival: Sequence[float],
+    weights: Sequence[float] | None,
+    scalars: tuple[int | None, ...],
+) -> bytes:
+    """A digest of a run's arguments: each sequence's values (as the floats they compare
+    equal to, with their count), then the scalars."""
+    digest = hashlib.blake2b(digest_size=16)
+    for values in (outputs, inputs, survival, weights):
+        if values is None:
+            digest.update(b"-")
+            continue
+        array = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
+        digest.update(array.size.to_bytes(8, "little"))
+        digest.update(array.tobytes())
+    digest.update(repr(scalars).encode())
+    return digest.digest()
+
+
+def _simulate(
+    outputs: Sequence[int],
+    inputs: Sequence[int] | None,
     concurrency: int,
     k: int,
-    survival: tuple[float, ...],
-    weights: tuple[float, ...] | None,
+    survival: Sequence[float],
+    weights: Sequence[float] | None,
     requests: int | None,
     seed: int,
 ) -> RunSums:
