@@ -41,7 +41,14 @@ TraceFit = tuple[FitRun, pl.DataFrame, pl.DataFrame, pl.DataFrame]
 
 
 def _prefills(trace: Trace, scope: Scope) -> pl.DataFrame:
-    """``phase, s, gtid, duration_ns, input_tokens`` of every prefill-role range."""
+    """``phase, s, gtid, duration_ns, input_tokens`` of every prefill-role range:
+    ``input_tokens`` sums the marks of its thread in ``[s, e)`` (NULL without one).
+
+    The sum is a difference of the thread's running sums of marks, read before the range's
+    start and before its end by two as-of joins: an equality on the thread with a range on
+    the time was a hash join on the thread filtered pair by pair, prefills x marks (3.28 s at
+    40k of each; docs/performance.md#issue-35-twelfth-session-tokens-from-forward-steps).
+    Marks at one instant are summed first, so the join lands on all of them."""
     sql = f"""
     WITH r AS (
         SELECT id, gtid, s, least(coalesce(e, $we), $we) AS e, phase
@@ -49,13 +56,21 @@ def _prefills(trace: Trace, scope: Scope) -> pl.DataFrame:
         WHERE counted AND pid = $pid AND list_contains($phases, phase) AND s >= $ws AND s < $we
     ),
     m AS (
-        SELECT start AS t, global_tid AS g, payload_int AS v FROM nvtx
+        SELECT global_tid AS g, start AS t, sum(payload_int) AS v, count(*) AS n FROM nvtx
         WHERE kind = 'mark' AND domain = $domain AND pid = $pid AND text = $mark
-          AND payload_int IS NOT NULL
+          AND payload_int IS NOT NULL AND start IS NOT NULL AND global_tid IS NOT NULL
+        GROUP BY global_tid, start
+    ),
+    c AS (  -- per thread, the marks up to and including each instant
+        SELECT g, t, sum(v) OVER w AS cv, sum(n) OVER w AS cn FROM m
+        WINDOW w AS (PARTITION BY g ORDER BY t ROWS UNBOUNDED PRECEDING)
     )
-    SELECT r.phase, r.s, r.gtid, r.e - r.s AS duration_ns, sum(m.v) AS input_tokens
-    FROM r LEFT JOIN m ON m.g = r.gtid AND m.t >= r.s AND m.t < r.e
-    GROUP BY r.id, r.phase, r.s, r.e, r.gtid
+    SELECT r.phase, r.s, r.gtid, r.e - r.s AS duration_ns,
+           CASE WHEN coalesce(b.cn, 0) > coalesce(a.cn, 0)
+                THEN CAST(coalesce(b.cv, 0) - coalesce(a.cv, 0) AS HUGEINT) END AS input_tokens
+    FROM r
+    ASOF LEFT JOIN c a ON a.g = r.gtid AND r.s > a.t
+    ASOF LEFT JOIN c b ON b.g = r.gtid AND r.e > b.t
     ORDER BY r.s, r.id
     """
     params = {
