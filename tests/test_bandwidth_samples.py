@@ -173,3 +173,21 @@ def test_the_ops_samples_land_on_are_the_detailed_attributions(
         )
     assert lean.height > 0
     assert lean.equals(detailed)
+
+
+def test_huge_metric_values_sum_without_wrapping(tmp_path: Path) -> None:
+    """A hostile export's values: two DRAM metrics of 2**62 at one instant sum to 2**63, as
+    the SQL the placement replaced gave it (a 64-bit integer sum would wrap to -2**63)."""
+    lp = Loop()
+    b = lp.b
+    b.gpu(0, memory_bandwidth=10**12)
+    lp.request(0, 1000, 0)
+    lp.pp(0, 1000, "decode")
+    b.runtime(10, 20, "cudaLaunchKernel", 1)
+    b.kernel(100, 500, "gemm", 1)
+    b.gpu_metric(200, 0, 1, "DRAM Read Bandwidth [Throughput %]", 2**62)
+    b.gpu_metric(200, 0, 2, "DRAM Write Bandwidth [Throughput %]", 2**62)
+    with lp.open(tmp_path, "huge.sqlite") as trace:
+        a = analyze_trace(trace, pid=1)
+    bw = cast(SampledBandwidth, a.bandwidth)
+    assert bw["by_phase"]["decode"]["mean_pct"] == float(2**63)

@@ -174,7 +174,7 @@ def _samples(
             & pl.col("device_id").is_in(devices)
         )
         .group_by(pl.col("timestamp").cast(_I64).alias("t"), pl.col("device_id").cast(_I64))
-        .agg(pl.col("value").sum().cast(pl.Float64).alias("pct"))
+        .agg(pl.col("value").cast(pl.Float64).sum().alias("pct"))
         .collect()
     )
 
