@@ -103,3 +103,18 @@ def test_the_cache_keeps_the_last_runs_only(monkeypatch: pytest.MonkeyPatch) -> 
     for seed in range(simulate._RUNS_KEPT + 5):
         simulate_run([3, 4, 5], None, 2, 2, [0.5, 0.25], seed=seed)
     assert len(simulate._RUNS) == simulate._RUNS_KEPT
+
+
+def test_the_key_reads_the_arguments_as_the_simulation_does() -> None:
+    """Output lengths are integers to the simulation: two past 2**53 that one float holds are
+    two runs; the same values as another sequence type are one."""
+    key = simulate._run_key
+    assert key([2**53, 3], None, [0.5], None, (1, 1, None, 0)) != key(
+        [2**53 + 1, 3], None, [0.5], None, (1, 1, None, 0)
+    )
+    assert key([4, 3], [10, 20], [0.5], None, (1, 1, None, 0)) == key(
+        np.asarray([4, 3]).tolist(), (10, 20), (0.5,), None, (1, 1, None, 0)
+    )
+    assert key([4, 3], None, [0.5], None, (1, 1, None, 0)) != key(
+        [4, 3], None, [0.5], [1.0, 1.0], (1, 1, None, 0)
+    )

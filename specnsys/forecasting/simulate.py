@@ -173,14 +173,15 @@ def _run_key(
     weights: Sequence[float] | None,
     scalars: tuple[int | None, ...],
 ) -> bytes:
-    """A digest of a run's arguments: each sequence's values (as the floats they compare
-    equal to, with their count), then the scalars."""
+    """A digest of a run's arguments: each sequence's values as the simulation reads them
+    (the outputs as 64-bit integers, the rest as floats) with their count, then the scalars."""
     digest = hashlib.blake2b(digest_size=16)
-    for values in (outputs, inputs, survival, weights):
+    for values, kind in ((outputs, np.int64), (inputs, np.float64), (survival, np.float64),
+                         (weights, np.float64)):  # fmt: skip
         if values is None:
             digest.update(b"-")
             continue
-        array = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
+        array = np.ascontiguousarray(np.asarray(values, dtype=kind))
         digest.update(array.size.to_bytes(8, "little"))
         digest.update(array.tobytes())
     digest.update(repr(scalars).encode())
