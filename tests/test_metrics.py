@@ -443,6 +443,24 @@ def test_gpu_baseline_bandwidth_from_target_bytes(tmp_path: Path) -> None:
     assert mem["total_memory_bytes"] == 143_771_336_704
 
 
+def test_target_bytes_sum_without_wrapping(tmp_path: Path) -> None:
+    """A hostile export's marks: two target_bytes of 2**62 in one phase are 2**63 bytes, not
+    a wrapped 64-bit sum (-2**63)."""
+    lp = Loop()
+    lp.b.gpu(0, memory_bandwidth=10**12)
+    lp.request(0, 1000, 0)
+    lp.pp(0, 1000, "forward")
+    lp.b.runtime(10, 20, "cudaLaunchKernel", 1)
+    lp.b.kernel(20, 900, "gemm", 1)
+    lp.mark(100, "target_bytes", 2**62)
+    lp.mark(200, "target_bytes", 2**62)
+    with lp.open(tmp_path, "huge_bytes.sqlite") as t:
+        a = analyze_trace(t)
+    bw = cast(MarkedBandwidth, a.bandwidth)
+    assert bw["source"] == "target_bytes" and bw["by_phase"]["forward"]["bytes"] == 2**63
+    assert bw["by_phase"]["forward"]["bytes_per_s"] == pytest.approx(2**63 / 880e-9)
+
+
 def test_gpu_baseline_bandwidth_from_gpu_metrics(tmp_path: Path) -> None:
     with gpu_baseline(True).open(tmp_path, "gpu_metrics.sqlite") as t:
         a = analyze_trace(t, pid=1)

@@ -268,7 +268,8 @@ def _from_target_bytes(
     per = (
         marked.with_columns(pl.col("phase").fill_null("unannotated"))
         .group_by("phase")
-        .agg(pl.col("value").sum().alias("bytes"), pl.len().alias("marks"))
+        # 128-bit: a 64-bit sum wraps past 2**63 bytes (a hostile export's marks)
+        .agg(pl.col("value").cast(pl.Int128).sum().alias("bytes"), pl.len().alias("marks"))
         .sort("phase")
     )
     by_phase: dict[str, MarkedPhase] = {}
