@@ -290,6 +290,28 @@ def test_acceptance_with_mixed_k_and_invalid_pairs() -> None:
     assert acceptance_from_pairs(pl.DataFrame({"proposed": [0], "accepted": [0]})) is None
 
 
+def test_a_pair_proposing_more_than_any_drafter_is_invalid_not_a_huge_list(tmp_path: Path) -> None:
+    """A hostile export's ``proposed`` mark of 10**9 made the analysis build a list of that
+    many positions: MemoryError under ``ulimit -v`` (exit 4), the machine's memory without.
+    Such a pair is invalid, like accepted outside 0..proposed, and said so."""
+    from specnsys.metrics.acceptance import MAX_PROPOSED
+
+    pairs = pl.DataFrame(
+        {"proposed": [4, 10**9, MAX_PROPOSED + 1, MAX_PROPOSED], "accepted": [2, 3, 1, 0]}
+    )
+    acc = acceptance_from_pairs(pairs)
+    assert acc is not None and acc["invalid_pairs"] == 2 and acc["k"] == MAX_PROPOSED
+    assert len(acc["by_position"]) == MAX_PROPOSED
+    assert acc["by_position"][:3] == pytest.approx([1 / 2, 1 / 2, 0.0])
+    lp = spec_loop()
+    lp.mark(2550, "proposed", 10**9)
+    lp.mark(2560, "accepted", 3)
+    with lp.open(tmp_path, "hostile_k.sqlite") as t:
+        a = analyze_trace(t)
+    assert a.acceptance is not None and a.acceptance["invalid_pairs"] == 1
+    assert any(f"proposed above {MAX_PROPOSED} ignored" in w for w in a.warnings)
+
+
 # --------------------------------------------------------------------------- compare
 
 

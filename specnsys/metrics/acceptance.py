@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
-from specnsys.metrics.amdahl import tau
+from specnsys.metrics.amdahl import K_LIMIT, tau
 from specnsys.metrics.events import Scope, marks_relation
 from specnsys.vocabulary import ACCEPTANCE_MARKS, PROPOSED_MARK
 
@@ -85,14 +85,15 @@ def _pairs(trace: Trace, scope: Scope) -> tuple[pl.DataFrame, int, int]:
 def acceptance_from_pairs(pairs: pl.DataFrame) -> Acceptance | None:
     """Statistics of a frame with integer columns ``proposed`` and ``accepted``.
 
-    Pairs with ``proposed < 0`` or ``accepted`` outside ``0..proposed`` are not counted (their
-    number is ``invalid_pairs``); a ``0/0`` pair is a sequence-step that proposed nothing
-    (prompt lookup without a match: it still yields the target's token), counted in the
-    means and in ``steps_without_drafts``, never in a position. None without a pair that
-    proposed a draft.
+    Pairs with ``proposed`` outside ``0..MAX_PROPOSED`` or ``accepted`` outside
+    ``0..proposed`` are not counted (their number is ``invalid_pairs``); a ``0/0`` pair is a
+    sequence-step that proposed nothing (prompt lookup without a match: it still yields the
+    target's token), counted in the means and in ``steps_without_drafts``, never in a
+    position. None without a pair that proposed a draft.
     """
     valid = pairs.filter(
         (pl.col("proposed") >= 0)
+        & (pl.col("proposed") <= MAX_PROPOSED)
         & (pl.col("accepted") >= 0)
         & (pl.col("accepted") <= pl.col("proposed"))
     )
@@ -102,18 +103,13 @@ def acceptance_from_pairs(pairs: pl.DataFrame) -> Acceptance | None:
         return None
     k_max = int(drafting["proposed"].max())  # type: ignore[arg-type]
     k_values = sorted(int(v) for v in drafting["proposed"].unique())
-    positions = pl.DataFrame({"i": list(range(1, k_max + 1))})
-    survival = (
-        valid.join(positions, how="cross")
-        .filter(pl.col("proposed") >= pl.col("i"))
-        .group_by("i")
-        .agg(
-            pl.len().alias("reached"),
-            (pl.col("accepted") >= pl.col("i")).sum().alias("kept"),
-        )
-        .sort("i")
+    # Per position i: the pairs that proposed at least i drafts (reached) and those whose
+    # i-th was accepted (kept; accepted <= proposed, so they reached it), from the counts of
+    # each value cumulated from the top: linear in the pairs and k, not their product.
+    reached, kept = (
+        _at_least(valid[column], k_max) for column in ("proposed", "accepted")
     )
-    by_position = (survival["kept"] / survival["reached"]).to_list()
+    by_position = [kept[i] / reached[i] for i in range(1, k_max + 1)]
     histogram = (
         valid.group_by("accepted")
         .len()
@@ -152,6 +148,27 @@ def acceptance_from_pairs(pairs: pl.DataFrame) -> Acceptance | None:
     }
 
 
+#: The most drafts one pair may propose, the k the formulas take (:data:`~specnsys.metrics.
+#: amdahl.K_LIMIT`); a pair past it is invalid. Real drafters propose tens (trees of EAGLE or
+#: Medusa, prompt lookup); a hostile export's ``proposed`` of 10**9 made the analysis build a
+#: list of that length (a MemoryError under ``ulimit -v``).
+MAX_PROPOSED = K_LIMIT
+
+
+def _at_least(values: pl.Series, top: int) -> list[int]:
+    """``[n(v >= 0), n(v >= 1), .., n(v >= top)]`` of *values* (integers in ``0..top``)."""
+    counts = values.value_counts(name="n").filter(pl.col(values.name) <= top)
+    per = [0] * (top + 2)
+    for v, n in counts.iter_rows():
+        per[int(v)] += int(n)
+    out = [0] * (top + 1)
+    running = 0
+    for i in range(top, -1, -1):
+        running += per[i]
+        out[i] = running
+    return out
+
+
 def acceptance_stats(trace: Trace, scope: Scope) -> tuple[Acceptance | None, str | None]:
     """Acceptance statistics of the window, or (None, reason) when there are none.
 
@@ -166,6 +183,9 @@ def acceptance_stats(trace: Trace, scope: Scope) -> tuple[Acceptance | None, str
             f"{pairs.height} pairs used"
         )
     if stats is not None and stats["invalid_pairs"]:
-        extra = f"{stats['invalid_pairs']} mark pairs with accepted outside 0..proposed ignored"
+        extra = (
+            f"{stats['invalid_pairs']} mark pairs with accepted outside 0..proposed or "
+            f"proposed above {MAX_PROPOSED} ignored"
+        )
         note = extra if note is None else f"{note}; {extra}"
     return stats, note
