@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
-import numpy as np
 import polars as pl
 
 from specnsys.metrics.amdahl import K_LIMIT, tau
@@ -158,8 +157,16 @@ MAX_PROPOSED = K_LIMIT
 
 def _at_least(values: pl.Series, top: int) -> list[int]:
     """``[n(v >= 0), n(v >= 1), .., n(v >= top)]`` of *values* (integers in ``0..top``)."""
-    per_value = np.bincount(values.to_numpy(), minlength=top + 1)[: top + 1]
-    return [int(n) for n in per_value[::-1].cumsum()[::-1]]
+    counts = values.value_counts(name="n").filter(pl.col(values.name) <= top)
+    per = [0] * (top + 2)
+    for v, n in counts.iter_rows():
+        per[int(v)] += int(n)
+    out = [0] * (top + 1)
+    running = 0
+    for i in range(top, -1, -1):
+        running += per[i]
+        out[i] = running
+    return out
 
 
 def acceptance_stats(trace: Trace, scope: Scope) -> tuple[Acceptance | None, str | None]:
