@@ -309,6 +309,35 @@ def huge_values(folder: Path) -> Path:
     return b.write(folder / "huge_values.sqlite")
 
 
+def huge_marks(folder: Path) -> Path:
+    """A decode loop whose mark payloads fit int64 one by one but whose sums do not: in the
+    first request's steps two ``proposed``, ``accepted``, ``tokens`` and ``target_bytes``
+    marks of 2**62 each (the second request's steps have valid acceptance marks, so a
+    forecast runs), two ``input_tokens`` marks of 2**62 in each prefill, two requests of
+    2**62 ``output_tokens`` each."""
+    b = _builder()
+    b.gpu(0)
+    for r in range(2):
+        t0 = r * 1000
+        b.start_end(t0, t0 + 900, "request", domain_id=PHASE_DOMAIN, payload_int=r)
+        _phase(b, t0, t0 + 100, "prefill")
+        b.mark(t0 + 10, "input_tokens", domain_id=PHASE_DOMAIN, payload_int=2**62)
+        b.mark(t0 + 11, "input_tokens", domain_id=PHASE_DOMAIN, payload_int=2**62)
+        for i in range(3):
+            t = t0 + 100 + i * 250
+            _phase(b, t, t + 240, "decode")
+            _phase(b, t + 5, t + 100, "draft")
+            _phase(b, t + 100, t + 200, "verify")
+            _launch(b, t + 101, r * 10 + i, t + 110, t + 190)
+            for at, name in ((t + 10, "target_bytes"), (t + 20, "proposed"), (t + 30, "tokens")):
+                b.mark(at, name, domain_id=PHASE_DOMAIN, payload_int=2**62)
+                b.mark(at + 1, name, domain_id=PHASE_DOMAIN, payload_int=2**62 if r == 0 else 1)
+            b.mark(t + 210, "accepted", domain_id=PHASE_DOMAIN, payload_int=2**62 if r == 0 else 1)
+            b.mark(t + 211, "accepted", domain_id=PHASE_DOMAIN, payload_int=2**62 if r == 0 else 0)
+        b.mark(t0 + 899, "output_tokens", domain_id=PHASE_DOMAIN, payload_int=2**62)
+    return b.write(folder / "huge_marks.sqlite")
+
+
 def far_times(folder: Path) -> Path:
     """Times that fit int64 but lie 73 years from the session start (garbage, not a capture)."""
     b = _builder()
@@ -365,6 +394,7 @@ CASES: dict[str, Callable[[Path], Path]] = {
     "non_utf8": non_utf8,
     "non_utf8_table_name": non_utf8_table_name,
     "huge_values": huge_values,
+    "huge_marks": huge_marks,
     "far_times": far_times,
     "corrupt_page": corrupt_page,
     "zero_bytes": zero_bytes,

@@ -56,6 +56,11 @@ WORKLOADS = {
     "weights.csv": ("input_tokens,output_tokens,weight\n10,20,-1\n", ["row 1", "weight"]),
     "no_rows.csv": ("input_tokens,output_tokens\n", ["no rows"]),
     "binary.csv": ("\x00\xff\xfe garbage", ["not"]),
+    # a request of a billion output tokens would draw a row of 8 GB in the simulation
+    "long_output.csv": ("input_tokens,output_tokens\n10,20\n10,1000000000\n",
+                        ["row 2", "output_tokens", "above 1,048,576"]),
+    "long_input.csv": ("input_tokens,output_tokens\n1e300,20\n",
+                       ["row 1", "input_tokens", "above 16,777,216"]),
 }
 
 
@@ -130,6 +135,10 @@ def test_bad_options_and_formula_inputs() -> None:
         (["forecast", DATASET, "--p", "0.5"], ["without sources"]),
         (["forecast", DATASET, "--alpha", "1.5"], ["--alpha must be"]),
         (["forecast", DATASET, "--k", "0"], ["needs a whole number >= 1"]),
+        (["forecast", DATASET, "--output-tokens", "1000000000"],
+         ["--output-tokens", "1000000000", "above 1,048,576"]),
+        (["forecast", DATASET, "--input-tokens", "20000000", "--output-tokens", "5"],
+         ["--input-tokens", "above 16,777,216"]),
         (["forecast", DATASET, "--sampling", "temperature=0"], ["no run has it"]),
         (["forecast", str(SAMPLES / "nope.sqlite")], ["nope.sqlite"]),
     ]

@@ -30,6 +30,7 @@ from specnsys.metrics import (
     whatif,
 )
 from specnsys.metrics.acceptance import acceptance_from_pairs
+from specnsys.metrics.analysis import analysis_steps
 from specnsys.metrics.bandwidth import MarkedBandwidth, SampledBandwidth
 from specnsys.testing import NsysExportBuilder
 
@@ -625,3 +626,28 @@ def test_the_library_whatif_bounds_k_as_the_command_line_does() -> None:
     with pytest.raises(UsageError, match="from 1 to 1,024"):
         amdahl.whatif(0.8, 4, 0.1, k_max=10**9)
     assert amdahl.whatif(0.8, 1024, 0.1)["k"] == 1024
+
+
+def test_mark_sums_past_64_bits_neither_wrap_nor_fail(tmp_path: Path) -> None:
+    """A hostile export's payloads fit 64 bits one by one, not summed: two requests of 2**62
+    output tokens are 2**63 tokens (an Int64 sum gave -2**63), and a step whose proposed
+    marks add up past 64 bits has no proposed count (the cast of its sum failed the whole
+    analysis), the other steps keep theirs."""
+    lp = spec_loop()
+    lp.mark(1000, "proposed", 2**62)  # in the first step (600-1100), beside its own mark
+    lp.mark(1001, "proposed", 2**62)
+    with lp.open(tmp_path, "huge_sums.sqlite") as t:
+        a = analyze_trace(t)
+        steps = analysis_steps(t, a, None)
+    assert steps["proposed"].to_list() == [None, 2, 2, 2]
+    assert steps["accepted"].to_list() == list(ACCEPTED)
+
+    lp = Loop()
+    for rid, s in enumerate((0, 2000)):
+        lp.request(s, s + 1000, rid)
+        lp.pp(s, s + 400, "prefill")
+        lp.pp(s + 400, s + 900, "forward")
+        lp.mark(s + 950, "output_tokens", 2**62)
+    with lp.open(tmp_path, "huge_outputs.sqlite") as t:
+        a = analyze_trace(t)
+    assert a.tokens == 2**63 and a.to_dict()["tokens_source"] == "output_tokens_marks"

@@ -45,7 +45,7 @@ from specnsys.forecasting.results import (
     Interval,
 )
 from specnsys.forecasting.simulate import RunSums
-from specnsys.forecasting.workload import Workload
+from specnsys.forecasting.workload import Workload, check_lengths
 from specnsys.metrics.comparison import VERIFY_RATIO_WARNING
 from specnsys.results import NotAvailable
 from specnsys.vocabulary import ACCELERABLE
@@ -132,6 +132,9 @@ def source_workload(data: FitData, run: FitRun | None = None) -> Workload:
         where = run.source
     inputs = req["input_tokens"].to_list()
     known = len(inputs) == len(outputs) and all(i is not None and i >= 1 for i in inputs)
+    check_lengths(outputs, "output_tokens", run.source)
+    if known:
+        check_lengths(inputs, "input_tokens", run.source)
     return Workload(tuple(int(o) for o in outputs), tuple(int(i) for i in inputs) if known
                     else None, None, len(outputs), where)  # fmt: skip
 

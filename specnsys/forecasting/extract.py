@@ -48,7 +48,8 @@ def _prefills(trace: Trace, scope: Scope) -> pl.DataFrame:
     start and before its end by two as-of joins: an equality on the thread with a range on
     the time was a hash join on the thread filtered pair by pair, prefills x marks (3.28 s at
     40k of each; docs/performance.md#issue-35-twelfth-session-tokens-from-forward-steps).
-    Marks at one instant are summed first, so the join lands on all of them."""
+    Marks at one instant are summed first, so the join lands on all of them. A sum past 64
+    bits (each mark fits, a hostile export's may add up past it) is NULL: not known."""
     sql = f"""
     WITH r AS (
         SELECT id, gtid, s, least(coalesce(e, $we), $we) AS e, phase
@@ -67,7 +68,7 @@ def _prefills(trace: Trace, scope: Scope) -> pl.DataFrame:
     )
     SELECT r.phase, r.s, r.gtid, r.e - r.s AS duration_ns,
            CASE WHEN coalesce(b.cn, 0) > coalesce(a.cn, 0)
-                THEN CAST(coalesce(b.cv, 0) - coalesce(a.cv, 0) AS HUGEINT) END AS input_tokens
+                THEN TRY_CAST(coalesce(b.cv, 0) - coalesce(a.cv, 0) AS BIGINT) END AS input_tokens
     FROM r
     ASOF LEFT JOIN c a ON a.g = r.gtid AND r.s > a.t
     ASOF LEFT JOIN c b ON b.g = r.gtid AND r.e > b.t
@@ -147,7 +148,7 @@ def trace_fit(
         raise BadInputError(f"{path}: the output tokens are not known, so no time per token")
     if analysis.mode == SPEC and analysis.k is None:
         raise BadInputError(
-            f"{path}: a speculative run without proposed/accepted marks: its k and acceptance "
+            f"{path}: a speculative run without valid proposed/accepted marks: its k and acceptance "
             "are unknown"
         )
     b = analysis.breakdown

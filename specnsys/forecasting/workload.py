@@ -10,8 +10,9 @@ Three ways to give it (docs/forecast.md#the-workload):
 * nothing: the requests of the sources themselves (their ``input_tokens`` marks and output
   lengths), so the forecast can be checked against what was measured.
 
-Every length must be a whole number of tokens >= 1; a row that is not is refused with its
-number (one line, exit 2). Without weights a simulated run serves the rows in order; with
+Every length must be a whole number of tokens >= 1, and at most :data:`MAX_OUTPUT_TOKENS`
+(output) or :data:`MAX_INPUT_TOKENS` (input); a row that is not is refused with its number
+(one line, exit 2). Without weights a simulated run serves the rows in order; with
 weights it serves ``requests`` rows drawn by weight.
 """
 
@@ -31,9 +32,12 @@ from specnsys.results import NotAvailable
 from specnsys.small_files import read_small_bytes
 
 __all__ = [
+    "MAX_INPUT_TOKENS",
+    "MAX_OUTPUT_TOKENS",
     "MAX_ROWS",
     "WORKLOAD_MAX_BYTES",
     "Workload",
+    "check_lengths",
     "read_workload",
     "workload_from_numbers",
 ]
@@ -46,6 +50,14 @@ MAX_ROWS = 1_000_000
 WEIGHTED_REQUESTS = 256
 
 COLUMNS = ("input_tokens", "output_tokens")
+#: Output tokens of one request a forecast simulates: a simulated request draws a row of
+#: acceptances as long as its output (8 bytes each; a billion tokens asked for 7.45 GiB).
+#: Generation lengths run to the tens of thousands.
+MAX_OUTPUT_TOKENS = 1 << 20
+#: Input tokens of one request (the longest context windows are about ten million).
+MAX_INPUT_TOKENS = 1 << 24
+#: The longest length of each column.
+MAX_TOKENS = {"input_tokens": MAX_INPUT_TOKENS, "output_tokens": MAX_OUTPUT_TOKENS}
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,9 @@ def _lengths(frame: pl.DataFrame, column: str, where: str) -> tuple[int, ...]:
         raise BadInputError(
             f"{where}: row {row + 1}: {column} is {series[row]!r}, not a number of tokens"
         )
-    ok = values.is_not_null() & values.is_finite() & (values >= 1) & (values == values.floor())
+    most = MAX_TOKENS[column]
+    ok = values.is_not_null() & values.is_finite() & (values >= 1) & (values <= most)
+    ok &= values == values.floor()
     if not bool(ok.all()):
         row = int((~ok.fill_null(False)).arg_max() or 0)
         value = values[row]
@@ -97,13 +111,27 @@ def _lengths(frame: pl.DataFrame, column: str, where: str) -> tuple[int, ...]:
             "missing" if value is None
             else "not a finite number" if not math.isfinite(value)
             else "not a whole number" if value != math.floor(value)
-            else f"{value:g}, below 1"
+            else f"{value:g}, below 1" if value < 1
+            else f"{value:g}, {_above(column)}"
         )  # fmt: skip
         raise BadInputError(
             f"{where}: row {row + 1}: {column} is {why} (lengths are whole numbers of tokens "
-            ">= 1)"
+            f"from 1 to {most:,})"
         )
     return tuple(int(v) for v in values)
+
+
+def _above(column: str) -> str:
+    """Why a length past :data:`MAX_TOKENS` is refused, in words."""
+    return f"above {MAX_TOKENS[column]:,}, the most a forecast simulates per request"
+
+
+def check_lengths(lengths: Sequence[int], column: str, where: str) -> None:
+    """Refuse (:class:`BadInputError`) a length of *column* past :data:`MAX_TOKENS`: the
+    requests of a trace's marks, where a file's rows were checked by :func:`_lengths`."""
+    longest = max(lengths, default=0)
+    if longest > MAX_TOKENS[column]:
+        raise BadInputError(f"{where}: a request has {longest:,} {column}, {_above(column)}")
 
 
 def _weights(frame: pl.DataFrame, where: str) -> tuple[float, ...] | None:
@@ -174,10 +202,13 @@ def _requests(requests: int | None, rows: int, weights: tuple[float, ...] | None
 
 
 def _number_list(values: Sequence[int], option: str) -> tuple[int, ...]:
+    column = option.removeprefix("--").replace("-", "_")
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UsageError(f"{option}: {v!r} is not a whole number of tokens >= 1")
+        if v > MAX_TOKENS[column]:
+            raise UsageError(f"{option}: {v!r} is {_above(column)}")
         out.append(v)
     if not out:
         raise UsageError(f"{option}: give at least one length")

@@ -14,6 +14,9 @@ analysis's driver thread inside its window. Per step:
   else the ``request`` ranges open at the step's start (null without either);
 * ``tokens``: the sum of ``tokens`` marks in the step (null without them).
 
+A sum of marks that does not fit 64 bits (each payload does; a hostile export's may add up
+past it) is null: not available for that step.
+
 Everything is SQL over the model (ASOF joins place ranges and marks in their step), so the
 cost is linear in ranges and marks.
 """
@@ -134,9 +137,9 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
     per_mark AS (
         SELECT step,
                count(*) FILTER (WHERE name = '{ACCEPTED_MARK}') AS sequences,
-               sum(v) FILTER (WHERE name = '{PROPOSED_MARK}') AS proposed,
-               sum(v) FILTER (WHERE name = '{ACCEPTED_MARK}') AS accepted,
-               sum(v) FILTER (WHERE name = '{TOKENS_MARK}') AS tokens
+               {_fitting_sum(PROPOSED_MARK)} AS proposed,
+               {_fitting_sum(ACCEPTED_MARK)} AS accepted,
+               {_fitting_sum(TOKENS_MARK)} AS tokens
         FROM mk GROUP BY step
     ),
     open_requests AS (
@@ -156,6 +159,13 @@ def _step_query(trace: Trace, scope: Scope, step_phase: str) -> pl.DataFrame:
     """
         frame: pl.DataFrame = con.sql(sql, params=_used(sql, prm)).pl()
     return frame.select(pl.col(c).cast(t) for c, t in STEP_COLUMNS.items())
+
+
+def _fitting_sum(mark: str) -> str:
+    """The step's sum of the *mark*'s payloads, NULL where it does not fit 64 bits: each
+    payload does, their sum may not (a hostile export), and the step's value is then not
+    available rather than an error or a wrapped number."""
+    return f"TRY_CAST(sum(v) FILTER (WHERE name = '{mark}') AS BIGINT)"
 
 
 STEP_PHASE_COLUMNS = {"step": pl.Int64, "phase": pl.String, "ns": pl.Int64}

@@ -104,7 +104,8 @@ def from_tokens_marks(trace: Trace, scope: Scope) -> int | None:
 def from_output_tokens(lat: pl.DataFrame) -> int | None:
     """The sum of the requests' ``output_tokens`` marks, when every request has one."""
     if lat.height and lat["output_tokens"].null_count() == 0:
-        return int(lat["output_tokens"].sum())
+        # each payload fits 64 bits, their sum may not: summed in 128 (Polars's Int64 wraps)
+        return int(lat["output_tokens"].cast(pl.Int128).sum())
     return None
 
 

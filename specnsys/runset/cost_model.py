@@ -192,17 +192,20 @@ def _runs_frame(runs: list[StepRun]) -> pl.DataFrame:
 def step_points(steps: pl.DataFrame, runs: list[StepRun]) -> pl.DataFrame:
     """The decode steps of *runs* with their run's role, k, family, match and cell, and
     ``positions`` = (k + 1) * batch and ``step_tokens`` (tokens marks, else accepted +
-    sequences for a speculative step, batch for a baseline one)."""
+    sequences for a speculative step, batch for a baseline one; a float)."""
     frame = steps.join(
         _runs_frame([r for r in runs if r.role in ("spec", "baseline")]), on="run_id"
     )
     spec = pl.col("role") == "spec"
     return frame.with_columns(
         pl.when(spec).then((pl.col("k") + 1) * pl.col("batch")).alias("positions"),
+        # as floats: a step's marks fit 64 bits, a sum over steps (or accepted + sequences)
+        # may not, and an Int64 sum wraps silently (a hostile export's 2 x 2**62 tokens)
         pl.coalesce(
             pl.col("tokens"),
-            pl.when(spec).then(pl.col("accepted") + pl.col("sequences")).otherwise(pl.col("batch")),
-        ).alias("step_tokens"),
+            pl.when(spec).then(pl.col("accepted").cast(pl.Float64) + pl.col("sequences"))
+            .otherwise(pl.col("batch")),
+        ).cast(pl.Float64).alias("step_tokens"),
     )
 
 
@@ -246,7 +249,7 @@ def cost_model(steps: pl.DataFrame, runs: list[StepRun]) -> CostModel:
         forward = least_squares(_baseline_steps(own), "batch", "forward_ns")
         drafts = _draft_steps(own)
         per_proposed = (
-            float(drafts["draft_ns"].sum()) / float(drafts["proposed"].sum())
+            float(drafts["draft_ns"].sum()) / _float_sum(drafts["proposed"])
             if drafts.height else None
         )  # fmt: skip
         if verify is None:
@@ -305,7 +308,7 @@ def _cell(
         else ("accepted + sequences where tokens marks are missing"),
         "verify_ns_per_step": _mean(vsteps["verify_ns"]) if vsteps.height else None,
         "verify_ns_per_position": _ratio(vsteps["verify_ns"].sum(), vsteps["positions"].sum()),
-        "draft_ns_per_proposed": _ratio(dsteps["draft_ns"].sum(), dsteps["proposed"].sum()),
+        "draft_ns_per_proposed": _ratio(dsteps["draft_ns"].sum(), _float_sum(dsteps["proposed"])),
         "verify_to_forward_same_batch": None,
         "verify_to_forward_steps": 0,
         "verify_ratio_warning": None,
@@ -373,6 +376,11 @@ def _verify_to_forward(
 
 def _ratio(num: float | Decimal | None, den: float | Decimal | None) -> float | None:
     return float(num) / float(den) if num is not None and den else None
+
+
+def _float_sum(values: pl.Series) -> float:
+    """The sum of mark counts over steps, in floats: each fits 64 bits, their sum may not."""
+    return float(values.cast(pl.Float64).sum())
 
 
 def _mean(values: pl.Series) -> float | None:
