@@ -106,6 +106,17 @@ def test_a_good_workload_file_and_numbers_are_forecast(files: Path) -> None:
     assert doc["workload"]["weighted"] and doc["workload"]["requests"] == 16
     assert doc["workload"]["output_tokens_mean"] == pytest.approx((3 * 64 + 16) / 4)
     assert numbers["status"] == 0, numbers["stderr"]
+    # an unweighted file serves its rows in order, --requests of them (it was ignored)
+    (files / "rows.csv").write_text("input_tokens,output_tokens\n10,20\n10,30\n10,40\n")
+    one, thirty = _batch([
+        ["forecast", DATASET, "--workload", str(files / "rows.csv"), "--requests", str(n),
+         "--concurrency", "1", "--k", "2", "--no-held-out", "--json"] for n in (1, 30)
+    ])  # fmt: skip
+    one_doc, thirty_doc = (json.loads(str(r["stdout"])) for r in (one, thirty))
+    assert one_doc["workload"]["output_tokens_mean"] == 20
+    assert thirty_doc["workload"]["output_tokens_mean"] == 30
+    assert thirty_doc["workload"]["requests"] == thirty_doc["workload"]["rows"] == 30
+    assert thirty_doc["cells"][0]["decode_steps"] > 10 * one_doc["cells"][0]["decode_steps"]
     assert json.loads(str(numbers["stdout"]))["workload"]["rows"] == 2
     _assert_one_error(both, "not both")
 
@@ -135,6 +146,11 @@ def test_bad_options_and_formula_inputs() -> None:
         (["forecast", DATASET, "--p", "0.5"], ["without sources"]),
         (["forecast", DATASET, "--alpha", "1.5"], ["--alpha must be"]),
         (["forecast", DATASET, "--k", "0"], ["needs a whole number >= 1"]),
+        (["forecast", DATASET, "--seed", "-1"], ["--seed must be a whole number >= 0"]),
+        (["forecast", DATASET, "--k", "1025"], ["--k must be a whole number in 1..1024"]),
+        # 10**6 requests of 2**20 tokens: 10**12 draws a run, days of simulation
+        (["forecast", DATASET, "--requests", "1000000", "--output-tokens", "1048576"],
+         ["1,048,576,000,000 draws", "at most 67,108,864", "--requests"]),
         (["forecast", DATASET, "--output-tokens", "1000000000"],
          ["--output-tokens", "1000000000", "above 1,048,576"]),
         (["forecast", DATASET, "--input-tokens", "20000000", "--output-tokens", "5"],

@@ -62,6 +62,13 @@ def test_tokens_of_a_draw_are_the_binary_searchs(
     assert np.array_equal(got.astype(np.int64), expected)
 
 
+def test_more_slots_than_requests_cost_nothing() -> None:
+    """A concurrency of 10**12 (one slot a request) takes no slot list of that size (the
+    first version made one: 7.45 GiB at 10**9)."""
+    assert _makespan([3, 5, 0, -1], 10**12) == 5
+    assert _makespan([], 10**12) == 0
+
+
 def test_many_draft_positions_keep_the_wide_integers() -> None:
     cumulative = np.linspace(0.0, 1.0, 200, endpoint=False)[1:]
     draws = np.random.default_rng(3).random((5, 40))

@@ -44,8 +44,9 @@ from specnsys.forecasting.results import (
     HeldOutRun,
     Interval,
 )
-from specnsys.forecasting.simulate import RunSums
+from specnsys.forecasting.simulate import MAX_DRAWS, RunSums
 from specnsys.forecasting.workload import Workload, check_lengths
+from specnsys.metrics.amdahl import K_LIMIT
 from specnsys.metrics.comparison import VERIFY_RATIO_WARNING
 from specnsys.results import NotAvailable
 from specnsys.vocabulary import ACCELERABLE
@@ -117,6 +118,20 @@ def choose_acceptance(
 
 def _sampling_text(sampling: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sampling.items()) or "unlabelled"
+
+
+def _check_draws(work: Workload) -> None:
+    """Refuse a workload whose simulated run would take more than
+    :data:`~specnsys.forecasting.simulate.MAX_DRAWS` token draws (requests x the longest
+    output: each request draws a row that long)."""
+    longest = max(work.output_tokens, default=1)
+    draws = work.requests * longest
+    if draws > MAX_DRAWS:
+        raise BadInputError(
+            f"{work.source}: {work.requests:,} requests x {longest:,} tokens (the longest output) "
+            f"= {draws:,} draws per simulated run; a forecast takes at most {MAX_DRAWS:,} "
+            "(about half a minute a run): serve fewer requests (--requests) or shorter ones"
+        )
 
 
 def source_workload(data: FitData, run: FitRun | None = None) -> Workload:
@@ -505,11 +520,14 @@ def forecast_data(
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             raise UsageError(f"--concurrency must be a whole number >= 1, got {c!r}")
     for kk in k or ():
-        if isinstance(kk, bool) or not isinstance(kk, int) or kk < 1:
-            raise UsageError(f"--k must be a whole number >= 1, got {kk!r}")
+        if isinstance(kk, bool) or not isinstance(kk, int) or not 1 <= kk <= K_LIMIT:
+            raise UsageError(f"--k must be a whole number in 1..{K_LIMIT}, got {kk!r}")
     if isinstance(k_max, bool) or not isinstance(k_max, int) or not 1 <= k_max <= 64:
         raise UsageError(f"--k-max must be a whole number in 1..64, got {k_max!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UsageError(f"--seed must be a whole number >= 0, got {seed!r}")
     work = workload or source_workload(data)
+    _check_draws(work)
     acceptance = choose_acceptance(model, data.runs, alpha, sampling)
     can_spec = acceptance is not None and term_of(model, "verify") is not None
     why_no_spec = (

@@ -12,8 +12,9 @@ Three ways to give it (docs/forecast.md#the-workload):
 
 Every length must be a whole number of tokens >= 1, and at most :data:`MAX_OUTPUT_TOKENS`
 (output) or :data:`MAX_INPUT_TOKENS` (input); a row that is not is refused with its number
-(one line, exit 2). Without weights a simulated run serves the rows in order; with
-weights it serves ``requests`` rows drawn by weight.
+(one line, exit 2). Without weights a simulated run serves the rows in order (``requests``
+of them, the rows repeated or cut to that many); with weights it serves ``requests`` rows
+drawn by weight.
 """
 
 from __future__ import annotations
@@ -187,8 +188,11 @@ def read_workload(path: str | Path, requests: int | None = None) -> Workload:
     inputs = _lengths(frame, "input_tokens", str(path))
     outputs = _lengths(frame, "output_tokens", str(path))
     weights = _weights(frame, str(path))
-    return Workload(outputs, inputs, weights, _requests(requests, len(outputs), weights),
-                    str(path))  # fmt: skip
+    n = _requests(requests, len(outputs), weights)
+    if weights is None:  # the rows in order, repeated or cut to the requests
+        outputs, served = _served(outputs, inputs, n)
+        inputs = served if served is not None else inputs
+    return Workload(outputs, inputs, weights, n, str(path))
 
 
 def _requests(requests: int | None, rows: int, weights: tuple[float, ...] | None) -> int:
@@ -199,6 +203,14 @@ def _requests(requests: int | None, rows: int, weights: tuple[float, ...] | None
             raise UsageError(f"--requests: at most {MAX_ROWS:,} requests in a simulated run")
         return requests
     return rows if weights is None else WEIGHTED_REQUESTS
+
+
+def _served(
+    outputs: tuple[int, ...], inputs: tuple[int, ...] | None, n: int
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The first *n* requests of the lengths repeated: what an unweighted run serves."""
+    reps = -(-n // len(outputs))
+    return (outputs * reps)[:n], None if inputs is None else (inputs * reps)[:n]
 
 
 def _number_list(values: Sequence[int], option: str) -> tuple[int, ...]:
@@ -235,9 +247,6 @@ def workload_from_numbers(
                 f"{len(outputs)}: give as many of each (they pair up), or one of either"
             )
     n = _requests(requests, len(outputs), None)
-    reps = -(-n // len(outputs))
-    outputs = (outputs * reps)[:n]
-    if inputs is not None:
-        inputs = (inputs * reps)[:n]
+    outputs, inputs = _served(outputs, inputs, n)
     where = "given lengths"
     return Workload(outputs, inputs, None, n, where)
