@@ -321,10 +321,12 @@ def test_same_correlation_id_in_two_processes_stays_apart(tmp_path: Path) -> Non
         assert joined == [("k100", 100), ("k200", 200)]
 
 
-def test_invalid_utf8_text_is_replaced_with_a_warning(tmp_path: Path) -> None:
+def test_invalid_utf8_text_is_replaced_with_a_warning(tmp_path: Path, isolated_cache: Path) -> None:
+    """Replaced with U+FFFD and counted in the summary, so the data notes say it on every
+    open, the cold one that read it and the warm ones after (only the cold one said it)."""
     import sqlite3
 
-    from specnsys.errors import SpecnsysWarning
+    from specnsys.ingest.quality import build_warnings
 
     b = NsysExportBuilder()
     b.thread(1, 1, "main")
@@ -335,11 +337,15 @@ def test_invalid_utf8_text_is_replaced_with_a_warning(tmp_path: Path) -> None:
     con.execute("UPDATE StringIds SET value = CAST(X'66ff6f' AS TEXT) WHERE value = 'broken'")
     con.commit()
     con.close()
-    with pytest.warns(SpecnsysWarning, match="1 value.*StringIds.value.*not valid UTF-8"):
-        trace = specnsys.open(path)
-    with trace:
-        texts = sorted(r[0] for r in trace.sql("SELECT text FROM nvtx").fetchall())
-        assert texts == ["fine", "f\ufffdo"]
+    for cold in (True, False):
+        with specnsys.open(path) as trace:
+            assert trace.from_cache is not cold
+            assert trace.summary.invalid_utf8 == {"StringIds.value": 1}
+            assert build_warnings(trace) == [
+                "1 value(s) of StringIds.value are not valid UTF-8; invalid bytes shown as U+FFFD"
+            ]
+            texts = sorted(r[0] for r in trace.sql("SELECT text FROM nvtx").fetchall())
+            assert texts == ["fine", "f\ufffdo"]
 
 
 def _model_frames(path: Path, **open_kw: object) -> dict[str, pl.DataFrame]:

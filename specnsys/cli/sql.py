@@ -37,6 +37,7 @@ from specnsys.cli.common import ROWS_LIMIT, rows_arg
 from specnsys.errors import UsageError
 from specnsys.ingest import cache, open_trace
 from specnsys.ingest.arrow_values import to_arrow
+from specnsys.ingest.quality import build_warnings, warn_skipped
 from specnsys.ingest.readonly_sql import check_output_path, lock_down
 from specnsys.ingest.sqlite_reader import quote_identifier
 from specnsys.small_files import write_files
@@ -105,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if _is_folder(Path(args.trace)):
         return _run_on_dataset(args)
     with open_trace(args.trace, use_cache=not args.no_cache) as trace:
+        # the rows' values the model could not keep as the file has them (no checks run)
+        warn_skipped(build_warnings(trace), args.trace)
         # Second line behind Trace.sql's statement check: no file outside the cache folder.
         readable = [trace.cache_folder] if trace.cache_folder else []
         protected = [Path(args.trace), trace.path, cache.cache_root()]

@@ -157,7 +157,7 @@ def data_warnings(
     found = [text.format(n=counts[name]) for name, (_, text) in _CHECKS.items() if counts[name]]
     notes = (
         _export_warnings(trace)
-        + _build_warnings(trace)
+        + build_warnings(trace)
         + _unknown_event_types(trace, con)
         + found
     )
@@ -260,10 +260,11 @@ def _unknown_event_types(trace: Trace, con: duckdb.DuckDBPyConnection) -> list[s
     ]
 
 
-def _build_warnings(trace: Trace) -> list[str]:
+def build_warnings(trace: Trace) -> list[str]:
     """What the build counted in rows the model cannot show as they were (the summary keeps
     the counts with the cache entry): names whose string id is not in ``StringIds``, per
-    table, and values that are not numbers of their column's type, per column."""
+    table, values that are not numbers of their column's type and text that is not UTF-8,
+    per column."""
     found: list[str] = []
     dangling = trace.summary.dangling_string_ids
     for table, rows in dangling.items():
@@ -284,6 +285,8 @@ def _build_warnings(trace: Trace) -> list[str]:
             "numeric column; read as NULL"
             + ("; those marks carry no value (a tokens mark counts no token)" if payload else "")
         )
+    for column, n in trace.summary.invalid_utf8.items():
+        found.append(f"{n} value(s) of {column} are not valid UTF-8; invalid bytes shown as U+FFFD")
     return found
 
 

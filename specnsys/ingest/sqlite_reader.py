@@ -36,7 +36,6 @@ import functools
 import sqlite3
 import threading
 import urllib.parse
-import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from specnsys.cores import usable_cores
-from specnsys.errors import BadInputError, SpecnsysWarning
+from specnsys.errors import BadInputError
 from specnsys.ingest.input_file import validate_sqlite_file
 
 if TYPE_CHECKING:  # pyarrow loads on the first read: opening a cached model never needs it
@@ -193,6 +192,7 @@ class SqliteExport:
         self._connectorx_uri = "sqlite://" + urllib.parse.quote(self._uri, safe="")
         self._lock = threading.Lock()
         self._inexact: Counter[str] = Counter()
+        self._invalid_utf8: Counter[str] = Counter()
         self._inexact_lock = threading.Lock()
         try:
             self._con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
@@ -241,6 +241,13 @@ class SqliteExport:
         read as NULL (see :func:`_exact`)."""
         with self._inexact_lock:
             return dict(self._inexact)
+
+    def invalid_utf8(self) -> dict[str, int]:
+        """Per ``TABLE.column``, the text values the slice reads so far found not to be valid
+        UTF-8 (their invalid bytes read as U+FFFD). Kept with the cache entry's summary, so
+        that every command says it, not only the one that built the model."""
+        with self._inexact_lock:
+            return dict(self._invalid_utf8)
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[SqliteValue, ...]]:
         """Run a small query (metadata, counts) and return its rows."""
@@ -298,7 +305,7 @@ class SqliteExport:
         the workers go on with it while the consumer still takes the previous one's last
         slices: no core idles between tables. An absent or empty table yields exactly one
         empty slice, so the consumer always learns the schema. Invalid UTF-8 in text columns
-        is replaced, with one warning per column.
+        is replaced, and counted per column (:meth:`invalid_utf8`).
         """
         bad_utf8: Counter[str] = Counter()
 
@@ -329,12 +336,8 @@ class SqliteExport:
             for _, future in pending:
                 future.cancel()
             pool.shutdown(wait=True)
-        for column, bad in bad_utf8.items():
-            warnings.warn(
-                f"{bad} value(s) of {column} are not valid UTF-8; invalid bytes shown as U+FFFD",
-                SpecnsysWarning,
-                stacklevel=2,
-            )
+        with self._inexact_lock:
+            self._invalid_utf8.update(bad_utf8)
 
     def _read_slice(
         self,

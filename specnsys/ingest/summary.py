@@ -53,6 +53,8 @@ class TraceSummary:
     dangling_string_ids: dict[str, int] = field(default_factory=dict)
     #: Values of numeric columns that are no number, read as NULL, per source ``TABLE.column``.
     inexact_values: dict[str, int] = field(default_factory=dict)
+    #: Text values that were not valid UTF-8, read with U+FFFD, per source ``TABLE.column``.
+    invalid_utf8: dict[str, int] = field(default_factory=dict)
 
     @property
     def span_ns(self) -> int | None:
@@ -94,6 +96,7 @@ class TraceSummary:
             },
             dangling_string_ids=_mapping(int, doc.get("dangling_string_ids", {})),
             inexact_values=_mapping(int, doc.get("inexact_values", {})),
+            invalid_utf8=_mapping(int, doc.get("invalid_utf8", {})),
         )
 
 

@@ -26,8 +26,8 @@ class BuiltModel:
 
     *source_tables* are the tables of the file the model was read from, when the format has
     tables (an nsys export's; ``info`` lists them); *dangling_string_ids* and
-    *inexact_values* what the build counted and the model shows as NULL, for the
-    data-quality notes (:class:`~specnsys.ingest.summary.TraceSummary`)."""
+    *inexact_values* what the build counted and the model shows as NULL, *invalid_utf8* the
+    text it read with U+FFFD, for the data-quality notes (:class:`~specnsys.ingest.summary.TraceSummary`)."""
 
     tables: dict[str, pa.Table]
     version: SchemaVersion
@@ -35,6 +35,7 @@ class BuiltModel:
     source_tables: list[str] = field(default_factory=list)
     dangling_string_ids: dict[str, int] = field(default_factory=dict)
     inexact_values: dict[str, int] = field(default_factory=dict)
+    invalid_utf8: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,7 @@ def _summary(built: BuiltModel) -> TraceSummary:
         summary = summarize(con, built.version, built.source_tables, list(MODEL_TABLES))
         summary.dangling_string_ids = built.dangling_string_ids
         summary.inexact_values = built.inexact_values
+        summary.invalid_utf8 = built.invalid_utf8
         return summary
     finally:
         con.close()

@@ -169,7 +169,9 @@ def _metric_columns() -> dict[str, pl.DataType]:
 def headline_row(doc: Mapping[str, object]) -> dict[str, object]:
     """analyze's JSON *doc* as one flat row: its scalar keys, the nested numbers of
     :data:`NESTED_COLUMNS`, the columns registered metrics declare
-    (:mod:`specnsys.metrics.registry`), and the whole document as ``analysis_json``."""
+    (:mod:`specnsys.metrics.registry`), and the whole document as ``analysis_json``. A number
+    an Int64 column cannot hold (a hostile export's marks may sum past 64 bits) is null there;
+    ``analysis_json`` keeps it."""
     row: dict[str, object] = {key: doc.get(key) for key in HEADLINE_TYPES}
     for (outer, inner), (column, _) in NESTED_COLUMNS.items():
         nested = doc.get(outer)
@@ -180,8 +182,16 @@ def headline_row(doc: Mapping[str, object]) -> dict[str, object]:
             if name in row:
                 raise ValueError(f"metric {metric.key!r}: column {name!r} is already taken")
             row[name] = value
+    types = _headline_schema(row)
+    for key, cell in row.items():  # a count past 64 bits (a hostile export's marks summed)
+        if types[key] == pl.Int64() and isinstance(cell, int) and not _INT64[0] <= cell <= _INT64[1]:
+            row[key] = None  # not available in the column; analysis_json keeps it exact
     row["analysis_json"] = json.dumps(doc, sort_keys=True)
     return row
+
+
+#: The range of an Int64 column.
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _headline_schema(row: Mapping[str, object]) -> dict[str, pl.DataType]:

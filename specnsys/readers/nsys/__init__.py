@@ -83,7 +83,8 @@ class NsysReader:
                 assert tables is not None
                 require_unchanged(sqlite_path, identity)
                 return BuiltModel(
-                    tables, version, [], export.tables, notes.dangling(), export.inexact_values()
+                    tables, version, [], export.tables, notes.dangling(), export.inexact_values(),
+                    export.invalid_utf8(),
                 )
         finally:
             if scratch is not None:

@@ -136,7 +136,8 @@ def _built_in_memory(export: SqliteExport, read: _Read) -> OpenedModel:
 
 def _noted(summary: TraceSummary, export: SqliteExport, notes: BuildNotes) -> TraceSummary:
     """*summary* with what the build counted and the model cannot show (dangling string ids,
-    values read as NULL), kept with the cache entry for the data-quality notes."""
+    values read as NULL, text that was not UTF-8), kept with the cache entry for the data-quality notes."""
     summary.dangling_string_ids = notes.dangling()
     summary.inexact_values = export.inexact_values()
+    summary.invalid_utf8 = export.invalid_utf8()
     return summary
