@@ -88,3 +88,32 @@ def test_a_trace_without_decode_steps_is_refused_with_one_line(
     assert status == 2 and not out.exists()
     lines = [line for line in err.splitlines() if "error" in line]
     assert len(lines) == 1 and "cannot draw the steps figure" in lines[0], err
+
+
+def test_decode_steps_with_nothing_to_draw_are_skipped_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A baseline whose steps are its forward ranges, with no other phase inside them and no
+    tokens marks: no quantile to put on the log axis (matplotlib failed, exit 3); alone, the
+    one-line refusal, beside a drawable run, that run drawn and this one listed as skipped
+    with its reason."""
+    b = NsysExportBuilder()
+    b.process(1, "python3")
+    b.thread(1, 1, "main")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    for s in range(0, 1000, 100):
+        b.push_pop(s, s + 90, "forward", pid=1, tid=1, domain_id=1)
+    bare = b.write(tmp_path / "bare.sqlite")
+    status, _, out = _plot(tmp_path, bare)
+    err = capsys.readouterr().err
+    assert status == 2 and not out.exists(), err
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert len(lines) == 1 and "cannot draw the steps figure" in lines[0], err
+    assert "nothing to draw" in lines[0], err
+
+    drawable = _loop([100_000, 300_000]).write(tmp_path / "t.sqlite")
+    status, data, out = _plot(tmp_path, drawable, bare)
+    assert status == 0 and out.exists()
+    assert [r["label"] for r in data["runs"]] == ["t"]
+    (skipped,) = data["skipped"]
+    assert skipped["label"] == "bare" and "nothing to draw" in skipped["not_available"]

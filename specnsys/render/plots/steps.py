@@ -10,7 +10,8 @@ The numbers are ``analyze --json``'s ``step_distributions`` (see
 :mod:`specnsys.metrics.distributions`: over the decode steps of the window, a phase absent
 from a step counts 0 there), converted to milliseconds; nothing is recomputed here. A zero
 quantile (a phase most steps do not run) cannot sit on a log axis and is left out of the
-ladder, and the data says so (``zero``).
+ladder, and the data says so (``zero``); a run with no quantile above 0 at all is listed as
+skipped, with that reason.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ class StepsFigure(TypedDict):
     runs: NotRequired[list[StepRun]]
 
 
+#: Why a run with decode steps is not drawn: a log axis shows positive values only.
+_NOTHING_TO_DRAW = (
+    "nothing to draw: no phase inside its decode steps and no time per output token has a "
+    "quantile above 0"
+)
+
+
 def _ms(spread: Spread | None) -> Ladder | None:
     if not isinstance(spread, Mapping) or not spread.get("count"):
         return None
@@ -98,6 +106,9 @@ def steps_data(runs: Sequence[tuple[str, AnalysisDoc]]) -> StepsFigure:
                 phases[name] = q
         per_token = _ms(dist.get("ns_per_token"))
         ladders = {**phases, **({TOKEN_ROW: per_token} if per_token else {})}
+        if not any(x for q in ladders.values() for x in q.values()):
+            skipped.append({"label": label, "not_available": _NOTHING_TO_DRAW})
+            continue
         drawn.append(
             {
                 "label": label,
@@ -119,7 +130,7 @@ def steps_data(runs: Sequence[tuple[str, AnalysisDoc]]) -> StepsFigure:
         return {
             "kind": "steps",
             "title": "step-time tails: not available",
-            "not_available": f"no run has decode steps ({reasons})",
+            "not_available": f"no run has decode steps to draw ({reasons})",
             "skipped": skipped,
         }
     rows = ordered_phases(n for r in drawn for n in r["phases"])
