@@ -191,6 +191,18 @@ def test_only_failures_is_exit_2_in_one_line(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith("specnsys: error: every trace failed") and (
         done.stderr.count("\n") == 1)
+    # several: how many, the first one's reason once (its path was said twice), and where
+    # the others' reasons are (only the first was said, and nothing said where the rest were)
+    (tmp_path / "t" / "b.sqlite").write_bytes(b"")
+    done = _cli("collect", str(tmp_path / "t"), "-o", str(tmp_path / "ds"))
+    assert (done.returncode, done.stdout, done.stderr.count("\n")) == (2, "", 1), done.stderr
+    a = tmp_path / "t" / "a.sqlite"
+    assert f"every trace failed (2 traces); first: {a}: " in done.stderr, done.stderr
+    assert done.stderr.count(str(a)) == 1, done.stderr
+    assert f"each reason in {tmp_path / 'ds' / '_specnsys.json'}" in done.stderr, done.stderr
+    failed = json.loads((tmp_path / "ds" / "_specnsys.json").read_text())["failed"]
+    assert set(failed) == {str(a), str(tmp_path / "t" / "b.sqlite")}
+    assert all(not reason.startswith(trace) for trace, reason in failed.items()), failed
 
 
 @pytest.mark.parametrize(

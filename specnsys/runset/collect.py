@@ -44,7 +44,7 @@ from specnsys.library_floors import too_old_message
 from specnsys.memory_room import available_memory
 from specnsys.metrics import registry
 from specnsys.metrics.registry import Metric
-from specnsys.runset.dataset import Dataset, RunRecord, Settings, run_id_of
+from specnsys.runset.dataset import MANIFEST, Dataset, RunRecord, Settings, run_id_of
 from specnsys.runset.labels import Labeler
 from specnsys.runset.sizing import PoolSize, pool_size
 
@@ -455,8 +455,10 @@ def _record(store: Dataset, result: CollectResult, job: Job, outcome: Outcome) -
     failure; *result* says which."""
     done, job_settings, _ = job
     if isinstance(outcome, str):
-        result.failed[done] = outcome
-        store.note_failure(done, outcome)
+        # the reason, without the path a one-line error starts with (it is the key)
+        reason = outcome.removeprefix(f"{done}: ")
+        result.failed[done] = reason
+        store.note_failure(done, reason)
         return
     kept = job_settings.copy()
     kept.pop("use_cache", None)
@@ -540,8 +542,13 @@ def collect(
             store.finish()
     result.analysed.sort()
     if jobs and not result.analysed and not result.unchanged:
-        first = next(iter(result.failed.items()))
-        raise BadInputError(f"every trace failed; first: {first[0]}: {first[1]}")
+        first, why = next(iter(result.failed.items()))
+        if len(result.failed) == 1:
+            raise BadInputError(f"every trace failed; first: {first}: {why}")
+        raise BadInputError(
+            f"every trace failed ({len(result.failed)} traces); first: {first}: {why}; each "
+            f"reason in {store.root / MANIFEST} (failed)"
+        )
     return result
 
 
