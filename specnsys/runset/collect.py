@@ -450,15 +450,20 @@ def _run_dask(
             cluster.close()
 
 
+def _failed(store: Dataset, result: CollectResult, trace: str, error: str) -> None:
+    """Note that *trace* failed with the one-line *error*, kept without the path it starts
+    with (the trace is the key: 'not collected: /a: /a: truncated' said it twice)."""
+    reason = error.removeprefix(f"{trace}: ")
+    result.failed[trace] = reason
+    store.note_failure(trace, reason)
+
+
 def _record(store: Dataset, result: CollectResult, job: Job, outcome: Outcome) -> None:
     """Write one job's run into *store* (its settings without ``use_cache``), or note its
     failure; *result* says which."""
     done, job_settings, _ = job
     if isinstance(outcome, str):
-        # the reason, without the path a one-line error starts with (it is the key)
-        reason = outcome.removeprefix(f"{done}: ")
-        result.failed[done] = reason
-        store.note_failure(done, reason)
+        _failed(store, result, done, outcome)
         return
     kept = job_settings.copy()
     kept.pop("use_cache", None)
@@ -509,8 +514,7 @@ def collect(
         try:
             identity = _identity(trace)
         except SpecnsysError as exc:
-            result.failed[str(trace)] = str(exc)
-            store.note_failure(str(trace), str(exc))
+            _failed(store, result, str(trace), str(exc))
             continue
         if store.unchanged(run_id_of(trace), identity, run_settings):
             result.unchanged.append(str(trace))
@@ -542,14 +546,20 @@ def collect(
             store.finish()
     result.analysed.sort()
     if jobs and not result.analysed and not result.unchanged:
-        first, why = next(iter(result.failed.items()))
-        if len(result.failed) == 1:
-            raise BadInputError(f"every trace failed; first: {first}: {why}")
-        raise BadInputError(
-            f"every trace failed ({len(result.failed)} traces); first: {first}: {why}; each "
-            f"reason in {store.root / MANIFEST} (failed)"
-        )
+        raise _every_trace_failed(result.failed, store.root / MANIFEST)
     return result
+
+
+def _every_trace_failed(failed: dict[str, str], manifest: Path) -> BadInputError:
+    """The one line for a collect where nothing landed: how many failed, the first by path
+    (the workers end in any order) with its reason, and where every reason is kept."""
+    first = min(failed)
+    if len(failed) == 1:
+        return BadInputError(f"every trace failed; first: {first}: {failed[first]}")
+    return BadInputError(
+        f"every trace failed ({len(failed)} traces); first: {first}: {failed[first]}; each "
+        f"reason in {manifest} (failed)"
+    )
 
 
 def _version() -> str:
