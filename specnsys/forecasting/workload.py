@@ -190,8 +190,8 @@ def read_workload(path: str | Path, requests: int | None = None) -> Workload:
     weights = _weights(frame, str(path))
     n = _requests(requests, len(outputs), weights)
     if weights is None:  # the rows in order, repeated or cut to the requests
-        outputs, served = _served(outputs, inputs, n)
-        inputs = served if served is not None else inputs
+        served_outputs, served_inputs = _served(outputs, inputs, n)
+        return Workload(served_outputs, served_inputs, None, n, str(path))
     return Workload(outputs, inputs, weights, n, str(path))
 
 
