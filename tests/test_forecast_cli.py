@@ -148,9 +148,9 @@ def test_bad_options_and_formula_inputs() -> None:
         (["forecast", DATASET, "--k", "0"], ["needs a whole number >= 1"]),
         (["forecast", DATASET, "--seed", "-1"], ["--seed must be a whole number >= 0"]),
         (["forecast", DATASET, "--k", "1025"], ["--k must be a whole number in 1..1024"]),
-        # 10**6 requests of 2**20 tokens: 10**12 draws a run, days of simulation
+        # 10**6 requests of 2**20 tokens: 10**12 tokens a run, hours of simulation
         (["forecast", DATASET, "--requests", "1000000", "--output-tokens", "1048576"],
-         ["1,048,576,000,000 draws", "at most 67,108,864", "--requests"]),
+         ["1,048,576,000,000 output tokens", "at most 67,108,864", "--requests"]),
         (["forecast", DATASET, "--output-tokens", "1000000000"],
          ["--output-tokens", "1000000000", "above 1,048,576"]),
         (["forecast", DATASET, "--input-tokens", "20000000", "--output-tokens", "5"],
@@ -181,3 +181,20 @@ def test_sources_of_different_models_or_engines_are_refused(tmp_path: Path) -> N
     _assert_one_error(mixed_gpu, "the sources mix gpu", "CPU only", "GPU", "one model and engine")
     _assert_one_error(mixed_preset, "the sources mix preset", "'tiny'", "'small'")
     assert _digest(gpu) == before
+
+
+def test_a_long_request_does_not_refuse_a_short_workload(files: Path) -> None:
+    """600 requests of 100 tokens and one of 131,072 take about 191,000 draws a run, not
+    601 x 131,072 = 78.8M: the simulation draws each request's row as long as its own output
+    (the first version refused this workload, as it would a production log with a few long
+    answers). The long request alone sets the run's length: at k = 2 it needs at least
+    131,071 / 3 decode steps."""
+    rows = "\n".join(["10,100"] * 600 + ["10,131072"])
+    (files / "tail.csv").write_text(f"input_tokens,output_tokens\n{rows}\n")
+    (tail,) = _batch([["forecast", DATASET, "--workload", str(files / "tail.csv"),
+                       "--concurrency", "8", "--k", "2", "--no-held-out", "--json"]])
+    assert tail["status"] == 0 and tail["traceback"] is None, tail["stderr"]
+    doc = json.loads(str(tail["stdout"]))
+    assert doc["workload"]["requests"] == 601
+    assert doc["workload"]["output_tokens_mean"] == pytest.approx((600 * 100 + 131072) / 601)
+    assert doc["cells"][0]["decode_steps"] >= 131_071 / 3

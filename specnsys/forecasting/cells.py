@@ -44,7 +44,7 @@ from specnsys.forecasting.results import (
     HeldOutRun,
     Interval,
 )
-from specnsys.forecasting.simulate import MAX_DRAWS, RunSums
+from specnsys.forecasting.simulate import MAX_DRAWS, RunSums, served_tokens
 from specnsys.forecasting.workload import Workload, check_lengths
 from specnsys.metrics.amdahl import K_LIMIT
 from specnsys.metrics.comparison import VERIFY_RATIO_WARNING
@@ -121,16 +121,21 @@ def _sampling_text(sampling: dict[str, str]) -> str:
 
 
 def _check_draws(work: Workload) -> None:
-    """Refuse a workload whose simulated run would take more than
-    :data:`~specnsys.forecasting.simulate.MAX_DRAWS` token draws (requests x the longest
-    output: each request draws a row that long)."""
-    longest = max(work.output_tokens, default=1)
-    draws = work.requests * longest
-    if draws > MAX_DRAWS:
+    """Refuse a workload whose simulated run would serve more than
+    :data:`~specnsys.forecasting.simulate.MAX_DRAWS` output tokens (a speculative replicate
+    draws fewer: about one a step)."""
+    weights = None
+    if work.weights is not None:
+        total = sum(work.weights)
+        weights = [w / total for w in work.weights]
+    served = served_tokens(work.output_tokens, weights, work.requests)
+    if served > MAX_DRAWS:
+        mean = "mean output by weight" if weights is not None else "mean output"
         raise BadInputError(
-            f"{work.source}: {work.requests:,} requests x {longest:,} tokens (the longest output) "
-            f"= {draws:,} draws per simulated run; a forecast takes at most {MAX_DRAWS:,} "
-            "(about half a minute a run): serve fewer requests (--requests) or shorter ones"
+            f"{work.source}: {work.requests:,} requests x {served / work.requests:,.1f} tokens "
+            f"({mean}) = {served:,} output tokens per simulated run; a forecast simulates at "
+            f"most {MAX_DRAWS:,} (a few seconds a run): serve fewer requests (--requests) "
+            "or shorter ones"
         )
 
 
