@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 import os
 import tempfile
@@ -27,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import specnsys
+from specnsys.api import Export
 from specnsys.cli.main import main
 from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES, json_doc
@@ -323,6 +325,45 @@ def test_property_export_totals_are_the_breakdown_and_tracks_nest(
 
 
 SAMPLES = sorted(SAMPLE_TRACES.glob("*.sqlite"))
+
+
+def _encoded_by_event(export: Export) -> bytes:
+    """The document as the dict of every event encodes it, one ``json`` call an event."""
+    from specnsys.render.perfetto import _COMPACT, other_data, render_events
+
+    events = ",".join(_COMPACT.encode(e) for e in render_events(export.data))
+    head = _COMPACT.encode(other_data(export.data, export.path))
+    return f'{{"displayTimeUnit":"ns","otherData":{head},"traceEvents":[{events}]}}\n'.encode()
+
+
+@pytest.mark.parametrize("case", ["gpu", "names", "sample", "sample_window"])
+def test_the_written_bytes_are_each_events_encoding(
+    gpu_trace: Path, tmp_path: Path, case: str
+) -> None:
+    """The writer encodes a slice's fields once per key (name, phase, sharing, stream) and
+    appends ``ph`` and ``ts``; the bytes must be those of encoding each event whole: shared
+    slices, crossing lanes, a launch-less kernel, names that JSON escapes, a sample capture
+    whole and cut to steps."""
+    if case == "names":
+        b = NsysExportBuilder()
+        b.process(1, "python3")
+        b.thread(1, 1, "main")
+        b.domain(1, "specnsys", pid=1, tid=1)
+        b.start_end(0, 5000, "request", pid=1, tid=1, domain_id=1)
+        b.push_pop(0, 5000, "decode", pid=1, tid=1, domain_id=1)
+        b.push_pop(100, 2000, 'draft "q"\\ \u00e9\u2603\n', pid=1, tid=1, domain_id=0)
+        for c, name in enumerate(['k"1', "k\\2", "\u00fcber\t", "k\u0001"], start=1):
+            b.runtime(100 * c, 100 * c + 5, "cudaLaunchKernel", c, pid=1, tid=1)
+            b.kernel(100 * c + 10, 100 * c + 300, name, c, pid=1, stream=7)
+        path = b.write(tmp_path / "names.sqlite")
+    else:
+        path = gpu_trace if case == "gpu" else SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
+    export = specnsys.export(path, window="steps:2-5" if case == "sample_window" else None)
+    handle = io.BytesIO()
+    count = export.write(handle)
+    expected = _encoded_by_event(export)
+    assert handle.getvalue() == expected
+    assert count == len(json.loads(expected)["traceEvents"]) > 10
 
 
 def test_a_sample_capture_exports_what_phases_reports() -> None:

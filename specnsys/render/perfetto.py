@@ -39,7 +39,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Protocol, TypeAlias, TypedDict
 
 from specnsys.metrics.timeline_export import TimelineExport
@@ -118,22 +118,20 @@ def _us(t: int, origin: int) -> float:
     return (t - origin) / 1000
 
 
-def _slices(
-    rows: Iterable[tuple[int, int, Event]], origin: int
-) -> Iterator[Event]:
-    """``B``/``E`` events of one track's slices (*rows*: ``start, end, event fields``, sorted
-    by start then end descending, and nesting): each slice's end comes when the next slice
-    starts at or after it, or at the end."""
-    stack: list[tuple[int, Event]] = []
-    for s, e, base in rows:
+def _slices(rows: Iterable[tuple[int, int, Key]], origin: int) -> Iterator[tuple[str, float, Key]]:
+    """``(ph, ts, key)`` of the ``B``/``E`` events of one track's slices (*rows*: ``start, end,
+    key`` of each slice's fields, sorted by start then end descending, and nesting): each
+    slice's end comes when the next slice starts at or after it, or at the end."""
+    stack: list[tuple[int, Key]] = []
+    for s, e, key in rows:
         while stack and stack[-1][0] <= s:
             end, top = stack.pop()
-            yield {**top, "ph": "E", "ts": _us(end, origin)}
-        yield {**base, "ph": "B", "ts": _us(s, origin)}
-        stack.append((e, base))
+            yield "E", _us(end, origin), top
+        yield "B", _us(s, origin), key
+        stack.append((e, key))
     while stack:
         end, top = stack.pop()
-        yield {**top, "ph": "E", "ts": _us(end, origin)}
+        yield "E", _us(end, origin), top
 
 
 def _pid(data: TimelineExport) -> int:
@@ -149,9 +147,10 @@ def _stream_tid(stream: int, lane: int) -> int:
 
 
 def _phase_order(data: TimelineExport) -> list[str]:
+    """The phases with slices, in the breakdown's order, then the others by name."""
     order = data.breakdown.frame["phase"].to_list()
-    extra = sorted(set(data.phases["phase"].to_list()) - set(order))
-    return [p for p in order + extra if p in set(data.phases["phase"].to_list())]
+    present = set(data.phases["phase"].unique().to_list())
+    return [p for p in order + sorted(present - set(order)) if p in present]
 
 
 def _driver_name(data: TimelineExport) -> str:
@@ -196,64 +195,92 @@ def metadata_events(data: TimelineExport) -> list[Event]:
     return events
 
 
+Key: TypeAlias = tuple[object, ...]
+"""What tells one slice's fields from another's on a track (:data:`Track`)."""
+
+Track: TypeAlias = tuple[Iterator[tuple[int, int, Key]], Callable[[Key], Event]]
+"""One track's slices: ``start, end, key`` rows in :func:`_slices`'s order, and the event
+fields (all but ``ph`` and ``ts``) of a key. Slices of one key share their fields, so the
+writer encodes them once a key (kernel names, phases and ranges repeat)."""
+
+
 def render_events(data: TimelineExport) -> Iterator[Event]:
     """Every event of the export: :func:`metadata_events`, then the rows (see the module
     docs), one event each, by track and time."""
     yield from metadata_events(data)
-    origin = data.start_ns
+    for rows, fields in _tracks(data):
+        for ph, ts, key in _slices(rows, data.start_ns):
+            yield {**fields(key), "ph": ph, "ts": ts}
+    yield from _marker_events(data)
+
+
+def _encoded_events(data: TimelineExport) -> Iterator[str]:
+    """:func:`render_events`, each event as ``_COMPACT.encode`` writes it, but a slice's fields
+    encoded once per key: ``{**fields, "ph": ph, "ts": ts}`` encodes as the fields' object
+    without its closing brace, then ``"ph"`` and ``"ts"`` (``json`` writes a float as its
+    ``repr``). tests/test_export.py holds the bytes equal to the events' encoding."""
+    for event in metadata_events(data):
+        yield _COMPACT.encode(event)
+    for rows, fields in _tracks(data):
+        prefix: dict[Key, str] = {}
+        for ph, ts, key in _slices(rows, data.start_ns):
+            head = prefix.get(key)
+            if head is None:
+                head = prefix[key] = _COMPACT.encode(fields(key))[:-1] + ',"ph":"'
+            yield f'{head}{ph}","ts":{ts!r}}}'
+    for event in _marker_events(data):
+        yield _COMPACT.encode(event)
+
+
+def _tracks(data: TimelineExport) -> Iterator[Track]:
+    """Every slice track: the phases, the driver thread's NVTX lanes, the GPU streams."""
     pid = _pid(data)
     track = {p: PHASE_TID_BASE + i for i, p in enumerate(_phase_order(data))}
     for (phase,), rows in data.phases.sort("phase", "start").group_by("phase", maintain_order=True):
         base = {"name": phase, "cat": "phase", "pid": pid, "tid": track[phase],
                 "cname": PHASE_CNAMES.get(phase, "generic_work")}  # fmt: skip
-        yield from _slices(
-            (
-                (s, e, {**base, "args": {"phase": phase, "sharing": n, "share": 1 / n}})
-                for s, e, n in rows.select("start", "end", "sharing").iter_rows()
-            ),
-            origin,
-        )
+
+        def shared(key: Key, base: Event = base, phase: object = phase) -> Event:
+            n = key[0]
+            return {**base, "args": {"phase": phase, "sharing": n, "share": 1 / n}}  # type: ignore[operator]
+
+        rows_of = rows.select("start", "end", "sharing").iter_rows()
+        yield ((s, e, (n,)) for s, e, n in rows_of), shared
     driver = data.driver_tid
     if driver is not None:
         for (lane,), rows in data.ranges.sort("lane", "start", descending=[False, False]).group_by(
             "lane", maintain_order=True
         ):
             tid = driver if lane == 0 else LANE_TID_BASE + lane
+
+            def ranged(key: Key, tid: int = tid) -> Event:
+                text, domain = key
+                return {"name": text, "cat": domain or "nvtx", "pid": pid, "tid": tid}
+
             ordered = rows.sort(["start", "end"], descending=[False, True])
-            yield from _slices(
-                (
-                    (s, e, {"name": text, "cat": domain or "nvtx", "pid": pid, "tid": tid})
-                    for s, e, text, domain in ordered.select(
-                        "start", "end", "text", "domain"
-                    ).iter_rows()
-                ),
-                origin,
-            )
+            yield ((s, e, (text, domain)) for s, e, text, domain in ordered.select(
+                "start", "end", "text", "domain").iter_rows()), ranged  # fmt: skip
     for (device, stream, lane), rows in data.ops.sort("device", "stream", "lane").group_by(
         "device", "stream", "lane", maintain_order=True
     ):
+        where: Event = {"pid": _gpu_pid(device), "tid": _stream_tid(stream, lane)}
+
+        def launched(key: Key, where: Event = where) -> Event:
+            kind, name, phase = key
+            return {"name": name or kind, "cat": phase, **where,
+                    "cname": PHASE_CNAMES.get(phase, "generic_work"),  # type: ignore[call-overload]
+                    "args": {"phase": phase, "kind": kind}}  # fmt: skip
+
         ordered = rows.sort(["start", "end"], descending=[False, True])
-        yield from _slices(
-            (
-                (
-                    s,
-                    e,
-                    {
-                        "name": name or kind,
-                        "cat": phase,
-                        "pid": _gpu_pid(device),
-                        "tid": _stream_tid(stream, lane),
-                        "cname": PHASE_CNAMES.get(phase, "generic_work"),
-                        "args": {"phase": phase, "kind": kind},
-                    },
-                )  # fmt: skip
-                for kind, name, s, e, phase in ordered.select(
-                    "kind", "name", "start", "end", "phase"
-                ).iter_rows()
-            ),
-            origin,
-        )
+        yield ((s, e, (kind, name, phase)) for kind, name, s, e, phase in ordered.select(
+            "kind", "name", "start", "end", "phase").iter_rows()), launched  # fmt: skip
+
+
+def _marker_events(data: TimelineExport) -> Iterator[Event]:
+    """The step markers and counters, then the GPU-busy counter."""
+    pid = _pid(data)
     yield from _step_events(data, pid)
+    origin = data.start_ns
     for t, value in data.gpu_busy.iter_rows():
         yield {"ph": "C", "name": "GPU busy", "pid": pid, "ts": (t - origin) / 1000,
                "args": {"busy": value}}  # fmt: skip
@@ -323,8 +350,8 @@ def write_trace_json(
         out.write(_COMPACT.encode(other_data(data, trace)).encode())
         out.write(b',"traceEvents":[')
         chunk: list[str] = []
-        for event in render_events(data):
-            chunk.append(_COMPACT.encode(event))
+        for event in _encoded_events(data):
+            chunk.append(event)
             count += 1
             if len(chunk) >= 10_000:
                 out.write(("," if count > len(chunk) else "").encode() + ",".join(chunk).encode())
