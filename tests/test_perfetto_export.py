@@ -336,15 +336,19 @@ def _encoded_by_event(export: Export) -> bytes:
     return f'{{"displayTimeUnit":"ns","otherData":{head},"traceEvents":[{events}]}}\n'.encode()
 
 
-@pytest.mark.parametrize("case", ["gpu", "names", "sample", "sample_window"])
+@pytest.mark.parametrize("case", ["gpu", "names", "names_few_kept", "sample", "sample_window"])
 def test_the_written_bytes_are_each_events_encoding(
-    gpu_trace: Path, tmp_path: Path, case: str
+    gpu_trace: Path, tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The writer encodes a slice's fields once per key (name, phase, sharing, stream) and
     appends ``ph`` and ``ts``; the bytes must be those of encoding each event whole: shared
-    slices, crossing lanes, a launch-less kernel, names that JSON escapes, a sample capture
-    whole and cut to steps."""
-    if case == "names":
+    slices, crossing lanes, a launch-less kernel, names that JSON escapes (with two encoded
+    keys kept at a time too), a sample capture whole and cut to steps."""
+    if case == "names_few_kept":
+        from specnsys.render import perfetto
+
+        monkeypatch.setattr(perfetto, "_KEYS_KEPT", 2)
+    if case.startswith("names"):
         b = NsysExportBuilder()
         b.process(1, "python3")
         b.thread(1, 1, "main")

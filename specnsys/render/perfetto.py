@@ -204,6 +204,10 @@ fields (all but ``ph`` and ``ts``) of a key. Slices of one key share their field
 writer encodes them once a key (kernel names, phases and ranges repeat)."""
 
 
+#: Encoded slice fields one track keeps (:func:`_encoded_events`): a few MiB at most.
+_KEYS_KEPT = 16_384
+
+
 def render_events(data: TimelineExport) -> Iterator[Event]:
     """Every event of the export: :func:`metadata_events`, then the rows (see the module
     docs), one event each, by track and time."""
@@ -218,7 +222,9 @@ def _encoded_events(data: TimelineExport) -> Iterator[str]:
     """:func:`render_events`, each event as ``_COMPACT.encode`` writes it, but a slice's fields
     encoded once per key: ``{**fields, "ph": ph, "ts": ts}`` encodes as the fields' object
     without its closing brace, then ``"ph"`` and ``"ts"`` (``json`` writes a float as its
-    ``repr``). tests/test_export.py holds the bytes equal to the events' encoding."""
+    ``repr``). tests/test_perfetto_export.py holds the bytes equal to the events' encoding.
+    The encoded keys kept are bounded (:data:`_KEYS_KEPT`): ranges whose every text differs
+    (torch's ``, seq = N``) would otherwise keep one string a range."""
     for event in metadata_events(data):
         yield _COMPACT.encode(event)
     for rows, fields in _tracks(data):
@@ -226,6 +232,8 @@ def _encoded_events(data: TimelineExport) -> Iterator[str]:
         for ph, ts, key in _slices(rows, data.start_ns):
             head = prefix.get(key)
             if head is None:
+                if len(prefix) >= _KEYS_KEPT:
+                    prefix.clear()
                 head = prefix[key] = _COMPACT.encode(fields(key))[:-1] + ',"ph":"'
             yield f'{head}{ph}","ts":{ts!r}}}'
     for event in _marker_events(data):
