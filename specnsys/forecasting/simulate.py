@@ -77,6 +77,11 @@ def tokens_distribution(survival: Sequence[float], k: int) -> npt.NDArray[np.flo
 def _makespan(steps: Sequence[int], concurrency: int) -> int:
     """Decode steps of the loop (module docs) whose requests need *steps* steps each, in
     admission order."""
+    # one slot: the steps add up; a slot each: the longest (no heap operation per request)
+    if concurrency <= 1:
+        return sum(s for s in steps if s > 0)
+    if concurrency >= len(steps):
+        return max((s for s in steps if s > 0), default=0)
     # when each slot frees; a heap (all 0 is one). More slots than requests are never used:
     # each request takes a fresh one, and a list of 10**9 slots would take 7.45 GiB.
     free = [0] * max(1, min(concurrency, len(steps)))
