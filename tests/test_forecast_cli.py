@@ -198,3 +198,23 @@ def test_a_long_request_does_not_refuse_a_short_workload(files: Path) -> None:
     assert doc["workload"]["requests"] == 601
     assert doc["workload"]["output_tokens_mean"] == pytest.approx((600 * 100 + 131072) / 601)
     assert doc["cells"][0]["decode_steps"] >= 131_071 / 3
+
+
+def test_weights_near_the_float_maximum_are_weights(files: Path) -> None:
+    """Weights are relative: two of 1e308 (their sum is past the float maximum) forecast as
+    two of 1, and 3e307 against 1e307 as 3 against 1 (the first version exited 3: its
+    probabilities were NaN)."""
+    cases = {"huge.csv": "1e308\n10,30,1e308", "ones.csv": "1\n10,30,1",
+             "big_ratio.csv": "3e307\n10,30,1e307", "ratio.csv": "3\n10,30,1"}  # fmt: skip
+    for name, rows in cases.items():
+        (files / name).write_text(f"input_tokens,output_tokens,weight\n10,20,{rows}\n")
+    results = _batch([["forecast", DATASET, "--workload", str(files / name), "--k", "2",
+                       "--concurrency", "2", "--no-held-out", "--json"] for name in cases])
+    docs = []
+    for result in results:
+        assert result["status"] == 0 and result["traceback"] is None, result["stderr"]
+        doc = json.loads(str(result["stdout"]))
+        doc["workload"].pop("source")
+        docs.append(doc)
+    assert docs[0] == docs[1] and docs[2]["cells"] == docs[3]["cells"]
+    assert docs[2]["workload"]["output_tokens_mean"] == pytest.approx(22.5)

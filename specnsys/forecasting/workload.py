@@ -147,9 +147,13 @@ def _weights(frame: pl.DataFrame, where: str) -> tuple[float, ...] | None:
             f"{where}: row {row + 1}: weight is {series[row]!r} (a weight is a finite number "
             ">= 0)"
         )
-    if float(values.sum()) <= 0:
+    weights = [float(v) for v in values]
+    top = max(weights)
+    if top <= 0:
         raise BadInputError(f"{where}: every weight is 0")
-    return tuple(float(v) for v in values)
+    # relative to the largest: weights near the float maximum summed to infinity, and their
+    # products with lengths too (the simulation's probabilities were then NaN: exit 3)
+    return tuple(v / top for v in weights)
 
 
 def _frame(path: Path) -> pl.DataFrame:
