@@ -187,3 +187,11 @@ def test_draws_by_length_keep_the_distribution(survival: list[float]) -> None:
     a, b = np.asarray(new), np.asarray(old)
     error = np.sqrt(a.var(axis=0) / len(a) + b.var(axis=0) / len(b))
     assert np.all(np.abs(a.mean(axis=0) - b.mean(axis=0)) <= 4 * error)
+
+
+def test_a_profile_without_finite_moments_still_runs() -> None:
+    """The chunks are sized from the profile's mean and spread of tokens a step; a NaN in
+    the profile (no mean) falls back to chunks as long as what a request needs, and the run
+    still ends: each request takes between need / (k + 1) and need steps."""
+    sums = simulate._simulate([10, 20], None, 1, 2, [float("nan"), 0.5], None, None, 0)
+    assert 9 / 3 + 19 / 3 <= sums.steps <= 9 + 19

@@ -140,6 +140,9 @@ def _spec_once(
     count = np.arange(1, share.size + 1)
     per_step = float(share @ count)  # tokens a step: mean and standard deviation
     spread = float(np.sqrt(max(0.0, float(share @ count**2) - per_step**2)))
+    if not (np.isfinite(per_step) and np.isfinite(spread) and per_step >= 1.0):
+        # they size the chunks only: one token a step is a chunk as long as the need
+        per_step, spread = 1.0, 0.0
     order = np.argsort(-needed, kind="stable")
     shorter = -needed[order]  # ascending
     steps = np.zeros(needed.size, dtype=np.int64)
