@@ -282,7 +282,8 @@ def test_plot_sweep_of_traces_is_unchanged_and_datasets_only_where_they_fit(
     assert json.loads(data_out.read_text())["kind"] == "sweep"  # the traces' figure 4
     for args, message in (
         (["plot", "verify-cost", *traces], "draws one dataset"),
-        (["plot", "phases", str(built)], "draws traces"),
+        (["plot", "phases", str(built)],
+         "draws traces; a dataset draws sweep, verify-cost, forecast"),
         (["plot", "sweep", str(built), "--tokens", "5"], "analysed at collect time"),
     ):
         bad = _cli(*args, "-o", str(tmp_path / "x.png"))

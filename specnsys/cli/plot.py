@@ -117,7 +117,8 @@ def _dataset_figure(args: argparse.Namespace) -> api.Figure | None:
     dataset = len(args.traces) == 1 and is_dataset(Path(args.traces[0]))
     if args.kind not in DATASET_KINDS:
         if any(is_dataset(Path(t)) for t in args.traces):
-            raise UsageError(f"{args.kind} draws traces; a dataset draws sweep or verify-cost")
+            kinds = ", ".join((*DATASET_KINDS, *figure_kinds("forecast")))
+            raise UsageError(f"{args.kind} draws traces; a dataset draws {kinds}")
         return None
     if not dataset:
         if args.kind == "verify-cost":
