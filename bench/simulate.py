@@ -23,44 +23,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 import numpy as np
 from common import load_average
 
 from specnsys.forecasting import simulate
-
-
-class _Counting:
-    """A seeded generator that counts the uniform draws asked of it."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.drawn = 0
-
-    def random(self, shape: tuple[int, int], dtype: Any = np.float64) -> np.ndarray:
-        self.drawn += shape[0] * shape[1]
-        return self.rng.random(shape, dtype=dtype)
-
-
-def padded_replicate(
-    needed: np.ndarray, cumulative: np.ndarray, rng: _Counting
-) -> tuple[float, float]:
-    """The first version's replicate: every request draws a row as long as the longest, in
-    blocks of at most 4M draws; returns the steps summed and the context summed."""
-    width = int(needed.max())
-    block = max(1, 4_000_000 // width)
-    steps = 0.0
-    ctx = 0.0
-    for lo in range(0, needed.size, block):
-        need = needed[lo : lo + block]
-        tokens = simulate._tokens(rng.random((need.size, width)), cumulative)
-        cum = np.cumsum(tokens, axis=1, dtype=np.int64)
-        before = cum < need[:, None]
-        own = before.sum(axis=1) + (need > 0)
-        steps += float(own.sum())
-        ctx += float(own.sum()) + float(np.where(before, cum, 0).sum())
-    return steps, ctx
+from specnsys.testing.draws import CountingGenerator, padded_steps
 
 
 def workload(requests: int, longest: int, long: int, seed: int = 0) -> np.ndarray:
@@ -89,7 +57,7 @@ def main() -> int:
     print(f"load {load_average()}; {args.requests:,} requests, mean output {out.mean():.1f}, "
           f"{args.long} of {args.longest:,} tokens; k = {args.k}, alpha {args.alpha}; "
           f"one replicate each, steps summed over requests (one slot each)")  # fmt: skip
-    rng = _Counting(1)
+    rng = CountingGenerator(1)
     start = time.perf_counter()
     _, steps, ctx = simulate._spec_once(needed, np.zeros(needed.size), cumulative,
                                         needed.size, rng)  # type: ignore[arg-type]  # fmt: skip
@@ -100,9 +68,10 @@ def main() -> int:
     if args.no_padded:
         print(f"  padded: {padded_draws:>14,} draws (not run: --no-padded)")
     else:
-        ref = _Counting(1)
+        ref = CountingGenerator(1)
         start = time.perf_counter()
-        ref_steps, ref_ctx = padded_replicate(needed, cumulative, ref)
+        own, before = padded_steps(needed, cumulative, ref, simulate._tokens)
+        ref_steps, ref_ctx = float(own.sum()), before + float(own.sum())
         ref_s = time.perf_counter() - start
         print(f"  padded: {ref.drawn:>14,} draws {ref_s:8.2f} s   steps {ref_steps:,.0f}  "
               f"context {ref_ctx:,.0f}")  # fmt: skip

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from specnsys.forecasting import simulate
 from specnsys.forecasting.simulate import _makespan, _tokens, simulate_run
+from specnsys.testing.draws import CountingGenerator, padded_steps
 
 
 def _heap_makespan(steps: list[int], concurrency: int) -> int:
@@ -127,31 +128,6 @@ def test_the_key_reads_the_arguments_as_the_simulation_does() -> None:
     )
 
 
-def _padded_spec_once(
-    needed: np.ndarray, cumulative: np.ndarray, rng: np.random.Generator
-) -> tuple[float, float, float]:
-    """The first version of a speculative replicate: every request drew a row as long as
-    the longest, in request order (steps summed, no slots)."""
-    width = int(needed.max())
-    tokens = _tokens(rng.random((needed.size, width)), cumulative).astype(np.int64)
-    cum = np.cumsum(tokens, axis=1)
-    before = cum < needed[:, None]
-    own = before.sum(axis=1) + (needed > 0)
-    return float(own.sum()), float(np.where(before, cum, 0).sum()), float(own.max())
-
-
-class _Counting:
-    """A generator that counts the draws asked of it."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.drawn = 0
-
-    def random(self, shape: tuple[int, int], dtype: type = np.float64) -> np.ndarray:
-        self.drawn += shape[0] * shape[1]
-        return self.rng.random(shape, dtype=dtype)
-
-
 @pytest.mark.parametrize(
     ("needed", "most"),
     [
@@ -163,7 +139,7 @@ class _Counting:
 )
 def test_draws_follow_each_requests_steps_not_the_longest(needed: list[int], most: int) -> None:
     cumulative = np.cumsum(simulate.tokens_distribution([0.7, 0.5], 2))[:-1]
-    rng = _Counting(1)
+    rng = CountingGenerator(1)
     simulate._spec_once(np.asarray(needed, dtype=np.int64), np.zeros(len(needed)), cumulative,
                         4, rng)  # type: ignore[arg-type]  # fmt: skip
     assert 0 < rng.drawn <= most
@@ -182,8 +158,9 @@ def test_draws_by_length_keep_the_distribution(survival: list[float]) -> None:
         steps, _, ctx = simulate._spec_once(
             needed, inputs, cumulative, needed.size, np.random.default_rng(seed))
         new.append((steps, ctx))
-        own, cum, longest = _padded_spec_once(needed, cumulative, np.random.default_rng(seed))
-        old.append((longest, cum + own))  # a slot each: the run lasts as its longest request
+        own, before = padded_steps(needed, cumulative, np.random.default_rng(seed))
+        # a slot each: the run lasts as its longest request
+        old.append((float(own.max()), before + float(own.sum())))
     a, b = np.asarray(new), np.asarray(old)
     error = np.sqrt(a.var(axis=0) / len(a) + b.var(axis=0) / len(b))
     assert np.all(np.abs(a.mean(axis=0) - b.mean(axis=0)) <= 4 * error)
