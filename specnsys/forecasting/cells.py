@@ -44,7 +44,12 @@ from specnsys.forecasting.results import (
     HeldOutRun,
     Interval,
 )
-from specnsys.forecasting.simulate import MAX_DRAWS, RunSums, served_tokens
+from specnsys.forecasting.simulate import (
+    MAX_DRAWS,
+    RunSums,
+    draw_probability,
+    served_tokens,
+)
 from specnsys.forecasting.workload import Workload, check_lengths
 from specnsys.metrics.amdahl import K_LIMIT
 from specnsys.metrics.comparison import VERIFY_RATIO_WARNING
@@ -124,13 +129,9 @@ def _check_draws(work: Workload) -> None:
     """Refuse a workload whose simulated run would serve more than
     :data:`~specnsys.forecasting.simulate.MAX_DRAWS` output tokens (a speculative replicate
     draws fewer: about one a step)."""
-    weights = None
-    if work.weights is not None:
-        total = sum(work.weights)
-        weights = [w / total for w in work.weights]
-    served = served_tokens(work.output_tokens, weights, work.requests)
+    served = served_tokens(work.output_tokens, draw_probability(work.weights), work.requests)
     if served > MAX_DRAWS:
-        mean = "mean output by weight" if weights is not None else "mean output"
+        mean = "mean output by weight" if work.weights is not None else "mean output"
         raise BadInputError(
             f"{work.source}: {work.requests:,} requests x {served / work.requests:,.1f} tokens "
             f"({mean}) = {served:,} output tokens per simulated run; a forecast simulates at "

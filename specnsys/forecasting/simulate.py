@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MAX_DRAWS", "RunSums", "served_tokens", "simulate_run", "tokens_distribution"]
+__all__ = ["MAX_DRAWS", "RunSums", "draw_probability", "served_tokens", "simulate_run", "tokens_distribution"]
 
 #: Draws one token matrix may hold (requests x steps), and all replicates together.
 _MATRIX_MAX = 4_000_000
@@ -262,6 +262,16 @@ def _run_key(
     return digest.digest()
 
 
+def draw_probability(weights: Sequence[float] | None) -> npt.NDArray[np.float64] | None:
+    """Each row's chance of being drawn for a request: its weight over their sum (None
+    without weights: the rows are served in order)."""
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=np.float64)
+    out: npt.NDArray[np.float64] = w / w.sum()
+    return out
+
+
 def served_tokens(
     outputs: npt.ArrayLike, probability: npt.ArrayLike | None, requests: int
 ) -> int:
@@ -289,10 +299,7 @@ def _simulate(
     out = np.asarray(outputs, dtype=np.int64)
     inp = np.zeros(out.size) if inputs is None else np.asarray(inputs, dtype=np.float64)
     n = out.size if weights is None else int(requests or out.size)
-    probability = None
-    if weights is not None:
-        w = np.asarray(weights, dtype=np.float64)
-        probability = w / w.sum()
+    probability = draw_probability(weights)
     dist = tokens_distribution(survival, k) if k > 0 else np.array([1.0])
     cumulative = np.cumsum(dist)[:-1]
     fixed = weights is None and (k == 0 or np.count_nonzero(dist) == 1)
