@@ -705,3 +705,51 @@ def test_property_exclusive_segments_sum_to_the_breakdown(tmp_path: Path, spec: 
     assert sum(walls.values()) == pb.window_ns
     covered = seg.select(((pl.col("end") - pl.col("start")) * pl.col("share")).sum()).item()
     assert covered == pytest.approx(pb.window_ns, abs=1e-6 * max(1, pb.window_ns))
+
+
+def _merged_by_hand(seg: pl.DataFrame) -> list[tuple[str, int, int, int]]:
+    """exclusive_segments' rows merged the slow way: per phase by start, a segment that starts
+    where the last slice ended with the same split extends it."""
+    out: list[list[Any]] = []
+    for phase, start, end, share in sorted(
+        seg.select("phase", "start", "end", "share").iter_rows(), key=lambda r: (r[0], r[1])
+    ):
+        sharing = round(1 / share)
+        last = out[-1] if out else None
+        if last is not None and (last[0], last[2], last[3]) == (phase, start, sharing):
+            last[2] = end
+        else:
+            out.append([phase, start, end, sharing])
+    return [tuple(x) for x in out]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(spec=_traces())
+def test_property_exclusive_slices_merge_the_segments(tmp_path: Path, spec: dict) -> None:
+    """exclusive_slices (what an export's phase tracks draw, merged on codes) is
+    exclusive_segments with adjacent segments of one phase and split merged, ordered by
+    phase name then start; the same whether it reads the ops itself or is handed the export's
+    attributed ops (names, devices and streams)."""
+    from specnsys.attribution.context import AttributionContext
+    from specnsys.attribution.launch import attributed_gpu_ops, rules_for
+    from specnsys.attribution.timeline import exclusive_segments, exclusive_slices
+    from specnsys.vocabulary import DOMAIN, PHASES
+
+    b = spec_builder(spec)
+    b.thread(1, 2, "worker")
+    with _open(b, tmp_path, "slices.sqlite") as t:
+        rules = rules_for(PHASES, DOMAIN, None)
+        seg = exclusive_segments(t, pid=1)
+        with AttributionContext(t, rules) as context:
+            pb = exclusive_phase_times(t, pid=1, rules=rules, context=context)
+            own = exclusive_slices(t, pb, context)
+            span = (pb.window_start_ns, pb.window_end_ns)
+            ops = attributed_gpu_ops(
+                t, context.phase_index(), pid=1, window=span, names=True, streams=True
+            )
+            handed = exclusive_slices(t, pb, context, ops)
+    expected = _merged_by_hand(seg)
+    assert own.rows() == expected
+    assert handed.rows() == expected

@@ -77,11 +77,13 @@ def _ops(
     graph: _GraphJoin | None = None,
     names: bool = False,
     devices: bool = False,
+    streams: bool = False,
 ) -> pl.LazyFrame:
     """Every GPU op (kernels, memcpy, memset, whole-graph replays) of *pid* overlapping
     *window* (and with one of *correlation_ids*), with the filters pushed into the scans.
     Without *details* only what attribution needs is read (kind, times, ids; and the op's
-    ``name`` with *names*, its ``device_id`` with *devices*). With *graph*
+    ``name`` with *names*, its ``device_id`` with *devices*, and ``stream_id`` too with
+    *streams*). With *graph*
     (a trace with graph work) each op also gets ``node_phase`` (:mod:`.graph_nodes`), and
     whole-graph rows whose launch has node-level ops are left out."""
 
@@ -97,7 +99,7 @@ def _ops(
             pl.lit(kind, OP_KIND).alias("op_kind"),
             *(pl.col(c).cast(_I64) for c in ("start", "end", "correlation_id", "pid")),
         ]
-        if details:
+        if details or streams:
             cols += [pl.col(c).cast(_I64) for c in ("device_id", "stream_id")]
         elif devices:
             cols.append(pl.col("device_id").cast(_I64))
@@ -205,13 +207,15 @@ def attributed_gpu_ops(
     launched_between: tuple[int, int] | None = None,
     names: bool = False,
     devices: bool = False,
+    streams: bool = False,
 ) -> pl.DataFrame:
     """GPU ops of *pid* (every process when None) overlapping *window* ``(start, end)`` ns
     (all when None), each with its launching call and ``phase`` (see :func:`gpu_ops_with_phase`).
 
     Without *details* only ``op_kind, start, end, phase`` come back (what the timeline needs;
     and ``name`` with *names*: what a per-kernel summary needs, without the wide frame of
-    *details*; ``device_id`` with *devices*: what the GPU-metrics bandwidth needs), in no
+    *details*; ``device_id`` with *devices*: what the GPU-metrics bandwidth needs; and
+    ``stream_id`` with *streams*: what a timeline export's op tracks need), in no
     particular order; with *details* the ops keep the model's order.
     *runtime* is :func:`attributed_runtime`'s frame for the same *pid* when the caller has it
     (it is reused, not recomputed). With *launched_between* ``(a, b)`` only ops whose launching
@@ -238,10 +242,10 @@ def attributed_gpu_ops(
         trace, index, pid, calls, call_keys, packed, launched_between, details
     )
     graph = _GraphJoin.of(trace, index, pid)
-    ops = _ops(trace, pid, window, details, wanted, graph, names, devices)
+    ops = _ops(trace, pid, window, details, wanted, graph, names, devices, streams)
     lean = [
         "op_kind", "start", "end", "phase", *(["name"] if names else []),
-        *(["device_id"] if devices else []),
+        *(["device_id"] if devices or streams else []), *(["stream_id"] if streams else []),
     ]  # fmt: skip
     if packed:  # the same columns come out as from the two-column join
         ops = ops.with_columns(_packed_key("pid", "correlation_id"))

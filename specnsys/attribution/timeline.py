@@ -70,6 +70,7 @@ __all__ = [
     "NO_WINDOW", "SEGMENT_SCHEMA", "STEP_PHASE", "WINDOW_SOURCES", "KernelNameRow",
     "PhaseBreakdown",
     "driver_ranges", "driver_ranges_key", "exclusive_phase_times", "exclusive_segments",
+    "exclusive_slices", "SLICE_SCHEMA",
     "step_phase",
 ]
 
@@ -720,53 +721,124 @@ def exclusive_segments(
     ``share`` of it (1 while the GPU is idle, when it is the driver thread's innermost phase;
     ``1 / n`` to each of the *n* phases whose GPU work runs), ``gpu`` telling which.
     Summed per phase, ``(end - start) * share`` is the breakdown's ``wall_ns`` before its
-    rounding to integer ns (what a phase track of a timeline export draws,
-    :data:`SEGMENT_SCHEMA` columns, by start then phase)."""
+    rounding to integer ns (:data:`SEGMENT_SCHEMA` columns, by start then phase;
+    :func:`exclusive_slices` is the same timeline with adjacent segments merged)."""
     mapping = rules_for(PHASES, DOMAIN, rules)
     b = exclusive_phase_times(trace, rules=mapping, pid=pid, window=window, context=context)
-    span = (b.window_start_ns, b.window_end_ns)
     if b.window_ns <= 0:
         return pl.DataFrame(schema=SEGMENT_SCHEMA)
     with attribution_context(trace, mapping, context) as shared:
-        ranges = phase_ranges(trace.connection, mapping)
-        cpu_ranges = _cpu_ranges(ranges, b.driver_global_tid, *span)
-        index = shared.phase_index(ranges=ranges)
-        del ranges
-        ops, _launches = _process_ops(trace, index, b.pid, span, shared)
-        islands = _islands(ops, span)
-        del ops
-        segments = _segments(islands, cpu_ranges, *span).filter(pl.col("len") > 0)
-        idle = lookup_phase(
-            segments.filter(pl.col("n") == 0), _driver_points(index, b.driver_global_tid),
-            t="t", gtid=None,
-        )  # fmt: skip
-    cpu = idle.select(
-        pl.col("t").alias("start"), (pl.col("t") + pl.col("len")).alias("end"),
-        pl.col("phase").cast(pl.String).fill_null(UNANNOTATED), pl.lit(1.0).alias("share"),
-        pl.lit(False).alias("gpu"),
-    )  # fmt: skip
-    starts = segments["t"]
-    owned = (
-        islands.select(
-            pl.col("phase").cast(pl.String),
-            pl.int_ranges(starts.search_sorted(islands["a"]), starts.search_sorted(islands["b"]))
-            .alias("i"),
-        )
-        .explode("i")
-        .drop_nulls("i")
-        .join(segments.with_row_index("i").with_columns(pl.col("i").cast(pl.Int64)), on="i")
-        .filter(pl.col("n") > 0)
-    )  # fmt: skip
-    gpu = owned.select(
-        pl.col("t").alias("start"), (pl.col("t") + pl.col("len")).alias("end"),
-        pl.col("phase").fill_null(UNANNOTATED), (1.0 / pl.col("n")).alias("share"),
-        pl.lit(True).alias("gpu"),
-    )  # fmt: skip
+        parts = _owned_segments(trace, b, shared, None)
     return (
-        pl.concat([cpu, gpu])
+        parts.with_columns(
+            pl.col("phase").cast(pl.String),
+            pl.when(pl.col("n") > 0).then(1.0 / pl.col("n")).otherwise(1.0).alias("share"),
+            (pl.col("n") > 0).alias("gpu"),
+        )
         .select(pl.col(c).cast(t) for c, t in SEGMENT_SCHEMA.items())
         .sort("start", "phase")
-    )
+    )  # fmt: skip
+
+
+SLICE_SCHEMA = {"phase": pl.String, "start": _I64, "end": _I64, "sharing": _I64}
+"""Columns of :func:`exclusive_slices`."""
+
+
+def exclusive_slices(
+    trace: Trace, b: PhaseBreakdown, context: AttributionContext, ops: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """:func:`exclusive_segments` of breakdown *b* (computed under *context*'s rules) with
+    adjacent segments of one phase and the same split merged: ``phase, start, end, sharing``
+    (*n*: the slice carries ``1 / n`` of its length), by phase, then start; what a timeline
+    export's phase tracks draw. *ops*: the process's attributed GPU ops
+    (:func:`~specnsys.attribution.launch.attributed_gpu_ops`) when the caller has them.
+
+    The merge runs on the phases' codes, ranked by name: ``exclusive_segments`` (a string per
+    segment, sorted) and a merge after it took 3.4 of an export's 9.4 s at 2M kernels, this
+    1.8 s (docs/performance.md#issue-35-seventeenth-session-the-exports-phase-slices-and-its-
+    gzip)."""
+    if b.window_ns <= 0:
+        return pl.DataFrame(schema=SLICE_SCHEMA)
+    owned = _owned_segments(trace, b, context, ops)
+    names = owned.select(pl.col("phase").unique())["phase"]
+    rank = dict(zip(names.to_physical().to_list(), _name_ranks(names.cast(pl.String)), strict=True))
+    ordered = owned.select(
+        pl.col("phase").to_physical().replace_strict(rank, return_dtype=pl.UInt32).alias("rank"),
+        "phase", "start", "end", pl.max_horizontal("n", 1).cast(_I64).alias("sharing"),
+    ).sort("rank", "start")  # fmt: skip
+    del owned
+    new = (
+        (pl.col("rank") != pl.col("rank").shift(1))
+        | (pl.col("sharing") != pl.col("sharing").shift(1))
+        | (pl.col("start") != pl.col("end").shift(1))
+    ).fill_null(True)
+    # within a phase the segments are disjoint: a merged slice runs from its first segment's
+    # start to its last one's end
+    marked = ordered.select("phase", "start", "end", "sharing", new.alias("new"))
+    last = marked["new"].shift(-1).fill_null(True)
+    first = marked.filter(pl.col("new"))
+    return first.select(
+        pl.col("phase").cast(pl.String), "start", marked["end"].filter(last).alias("end"),
+        "sharing",
+    )  # fmt: skip
+
+
+def _name_ranks(names: pl.Series) -> list[int]:
+    """Each of *names* (distinct strings) ranked in the order a sort by the string gives."""
+    order = names.arg_sort().to_list()
+    ranks = [0] * len(order)
+    for r, i in enumerate(order):
+        ranks[i] = r
+    return ranks
+
+
+def _owned_segments(
+    trace: Trace, b: PhaseBreakdown, shared: AttributionContext, ops: pl.DataFrame | None
+) -> pl.DataFrame:
+    """Every elementary segment of *b*'s window once per phase owning it: ``phase``
+    (Categorical), ``start``, ``end``, ``n`` (the phases whose GPU work runs in it; 0: the GPU
+    is idle and the driver thread's innermost phase owns it), GPU-idle segments first."""
+    span = (b.window_start_ns, b.window_end_ns)
+    ranges = phase_ranges(trace.connection, shared.rules)
+    cpu_ranges = _cpu_ranges(ranges, b.driver_global_tid, *span)
+    index = shared.phase_index(ranges=ranges)
+    del ranges
+    if ops is None:
+        ops, _launches = _process_ops(trace, index, b.pid, span, shared)
+    islands = _islands(ops, span)
+    del ops
+    segments = _segments(islands, cpu_ranges, *span).filter(pl.col("len") > 0)
+    idle = lookup_phase(
+        segments.filter(pl.col("n") == 0), _driver_points(index, b.driver_global_tid),
+        t="t", gtid=None,
+    )  # fmt: skip
+    picked = _island_rows(islands, segments["t"])
+    rows = segments[picked["i"]]
+    gpu = pl.DataFrame([picked["phase"], rows["t"], rows["len"], rows["n"]]).filter(pl.col("n") > 0)
+    unannotated = pl.lit(UNANNOTATED, pl.Categorical)
+    return pl.concat([
+        part.select(
+            pl.col("phase").cast(pl.Categorical).fill_null(unannotated), pl.col("t").alias("start"),
+            (pl.col("t") + pl.col("len")).alias("end"), pl.col("n").cast(pl.Int32),
+        )
+        for part in (idle, gpu)
+    ])  # fmt: skip
+
+
+def _island_rows(islands: pl.DataFrame, starts: pl.Series) -> pl.DataFrame:
+    """Per island (``phase, a, b``) the row numbers ``i`` of the elementary segments inside it
+    (*starts*: theirs, sorted; an island's bounds are segment bounds), with its ``phase``.
+    numpy's repeat and arange, not a list per island exploded: 0.55 s at 2M kernels."""
+    import numpy as np
+
+    t = starts.to_numpy()
+    first = np.searchsorted(t, islands["a"].to_numpy())
+    count = np.searchsorted(t, islands["b"].to_numpy()) - first
+    count = np.maximum(count, 0)
+    owner = np.repeat(np.arange(islands.height), count)
+    # within each island's run of rows: its first row plus the position in the run
+    i = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - (np.cumsum(count) - count), count)
+    return pl.DataFrame([islands["phase"].gather(owner), pl.Series("i", i)])
 
 
 def _kernel_names(

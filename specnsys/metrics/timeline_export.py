@@ -6,7 +6,7 @@ process, driver thread and window as ``phases``), every row the trace-event rend
 events and the event count is known before anything is rendered:
 
 * ``phases``: the exclusive phase timeline (:func:`~specnsys.attribution.timeline.
-  exclusive_segments`), adjacent segments of one phase *and the same split* merged into one
+  exclusive_slices`), adjacent segments of one phase *and the same split* merged into one
   slice: ``phase, start, end, sharing`` (``sharing`` = *n*, the number of phases whose GPU work
   ran at once, so the slice carries ``1 / n`` of its length; 1 while the GPU was idle). Per
   phase, ``sum((end - start) / sharing)`` is the breakdown's exact share, and the largest
@@ -38,9 +38,10 @@ import polars as pl
 from specnsys.attribution.intervals import islands_frame
 from specnsys.attribution.launch import attributed_gpu_ops
 from specnsys.attribution.timeline import (
+    SLICE_SCHEMA,
     PhaseBreakdown,
     exclusive_phase_times,
-    exclusive_segments,
+    exclusive_slices,
     step_phase,
 )
 from specnsys.metrics.events import Scope
@@ -55,7 +56,7 @@ __all__ = ["TimelineExport", "cut_to_events", "phase_totals", "timeline_export"]
 
 _I64 = pl.Int64
 
-PHASE_COLUMNS = {"phase": pl.String, "start": _I64, "end": _I64, "sharing": _I64}
+PHASE_COLUMNS = SLICE_SCHEMA
 RANGE_COLUMNS = {"start": _I64, "end": _I64, "text": pl.String, "domain": pl.String,
                  "lane": _I64}  # fmt: skip
 OP_COLUMNS = {
@@ -167,30 +168,6 @@ def _with_lanes(frame: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
     return frame.with_columns(pl.Series("lane", lanes, dtype=_I64))
 
 
-def _phase_slices(segments: pl.DataFrame) -> pl.DataFrame:
-    """Adjacent segments of one phase and one split merged (``phase, start, end, sharing``)."""
-    seg = segments.select(
-        "phase", "start", "end", (1.0 / pl.col("share")).round().cast(_I64).alias("sharing")
-    ).sort("phase", "start")
-    new = (
-        (pl.col("phase") != pl.col("phase").shift(1))
-        | (pl.col("sharing") != pl.col("sharing").shift(1))
-        | (pl.col("start") != pl.col("end").shift(1))
-    ).fill_null(True)
-    return (
-        seg.with_columns(new.cum_sum().alias("slice"))
-        .group_by("slice", maintain_order=True)
-        .agg(
-            pl.col("phase").first(),
-            pl.col("start").min(),
-            pl.col("end").max(),
-            pl.col("sharing").first(),
-        )  # fmt: skip
-        .drop("slice")
-        .select([pl.col(c).cast(t) for c, t in PHASE_COLUMNS.items()])
-    )
-
-
 def _driver_ranges(trace: Trace, gtid: int | None, ws: int, we: int) -> pl.DataFrame:
     if gtid is None:
         return pl.DataFrame(schema=RANGE_COLUMNS)
@@ -206,14 +183,23 @@ def _driver_ranges(trace: Trace, gtid: int | None, ws: int, we: int) -> pl.DataF
     return _with_lanes(frame, []).select([pl.col(c).cast(t) for c, t in RANGE_COLUMNS.items()])
 
 
-def _gpu_ops(trace: Trace, b: PhaseBreakdown, context: AttributionContext) -> pl.DataFrame:
-    ws, we = b.window_start_ns, b.window_end_ns
+def _attributed_ops(trace: Trace, b: PhaseBreakdown, context: AttributionContext) -> pl.DataFrame | None:
+    """The process's GPU ops overlapping the window with their launch phase, name, device and stream,
+    computed once for the phase slices and the op tracks (None without a process)."""
     if b.pid is None:
-        return pl.DataFrame(schema=OP_COLUMNS)
+        return None
     ops = attributed_gpu_ops(
-        trace, context.phase_index(), pid=b.pid, window=(ws, we), details=True,
-        runtime=context.runtime(b.pid),
+        trace, context.phase_index(), pid=b.pid, window=(b.window_start_ns, b.window_end_ns),
+        names=True, streams=True, runtime=context.runtime(b.pid, details=False),
     )  # fmt: skip
+    context.release_lean_runtime()  # its only reader here (the steps read the phase index)
+    return ops
+
+
+def _gpu_ops(ops: pl.DataFrame | None, b: PhaseBreakdown) -> pl.DataFrame:
+    ws, we = b.window_start_ns, b.window_end_ns
+    if ops is None:
+        return pl.DataFrame(schema=OP_COLUMNS)
     frame = ops.select(
         pl.col("op_kind").cast(pl.String).alias("kind"),
         pl.col("name").cast(pl.String),
@@ -303,15 +289,17 @@ def timeline_export(
     *rules* (the rules *context* was made for), over its ``--window`` *window*."""
     b = exclusive_phase_times(trace, rules=rules, pid=pid, window=window, context=context)
     ws, we = b.window_start_ns, b.window_end_ns
-    segments = exclusive_segments(trace, rules=rules, pid=pid, window=window, context=context)
+    attributed = _attributed_ops(trace, b, context)
+    phases = exclusive_slices(trace, b, context, attributed)
+    ops = _gpu_ops(attributed, b)
+    del attributed
     process, tid, thread = _names(trace, b.pid, b.driver_global_tid)
-    ops = _gpu_ops(trace, b, context)
     union = _union(ops)
     steps = _steps(trace, b, rules, context, union)
     busy = _busy_transitions(union) if steps.height == 0 else pl.DataFrame(schema=BUSY_COLUMNS)
     has_gpu = trace.summary.capabilities["gpu_activity"].available
     return TimelineExport(
-        b, process, tid, thread, _phase_slices(segments),
+        b, process, tid, thread, phases,
         _driver_ranges(trace, b.driver_global_tid, ws, we), ops, steps, busy, has_gpu, we,
     )  # fmt: skip
 
