@@ -12,10 +12,13 @@ exit 2; ``--max-events`` cuts with a warning.
 from __future__ import annotations
 
 import base64
+import errno
 import gzip
 import io
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -368,6 +371,86 @@ def test_the_written_bytes_are_each_events_encoding(
     expected = _encoded_by_event(export)
     assert handle.getvalue() == expected
     assert count == len(json.loads(expected)["traceEvents"]) > 10
+
+
+def _writer_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "specnsys-export-writer"]
+
+
+def test_gzip_is_written_on_a_thread_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With gzip the deflate runs on a writer thread: small chunks and a queue of one (the
+    encoding always waiting on the writer) decompress to the plain document's bytes, and the
+    thread is gone when the call returns."""
+    from specnsys.render import perfetto
+
+    export = specnsys.export(SAMPLE_TRACES / "spec_chat_c4_k4.sqlite")
+    plain = io.BytesIO()
+    export.write(plain)
+    monkeypatch.setattr(perfetto, "_CHUNK_EVENTS", 7)
+    monkeypatch.setattr(perfetto, "_QUEUED", 1)
+    zipped = io.BytesIO()
+    count = export.write(zipped, compress=True)
+    assert gzip.decompress(zipped.getvalue()) == plain.getvalue()
+    assert count == len(json.loads(plain.getvalue())["traceEvents"]) > 7 * 3
+    assert _writer_threads() == []
+
+
+class _FullAfter(io.BytesIO):
+    """A file that takes *room* bytes, then fails as a full disk does."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+@pytest.mark.parametrize("failure", ["full_disk", "interrupt"])
+def test_a_failed_gzip_write_is_raised_and_the_writer_stops(
+    monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """A full disk under the writer thread is raised to the caller (the CLI's one line, exit
+    2); a Ctrl-C while events are encoded stops the writer too: no thread is left writing to a
+    file the caller then removes."""
+    from specnsys.render import perfetto
+
+    export = specnsys.export(SAMPLE_TRACES / "spec_chat_c4_k4.sqlite")
+    monkeypatch.setattr(perfetto, "_CHUNK_EVENTS", 5)
+    monkeypatch.setattr(perfetto, "_QUEUED", 1)
+    if failure == "full_disk":
+        with pytest.raises(OSError, match="No space left"):
+            export.write(_FullAfter(200), compress=True)
+    else:
+        encoded = perfetto._encoded_events
+
+        def interrupted(data: Any) -> Iterator[str]:
+            for i, event in enumerate(encoded(data)):
+                if i == 40:
+                    raise KeyboardInterrupt
+                yield event
+
+        monkeypatch.setattr(perfetto, "_encoded_events", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            export.write(io.BytesIO(), compress=True)
+    assert _writer_threads() == []
+
+
+def test_export_to_a_full_disk_gzip_is_one_line_exit_2(tmp_path: Path) -> None:
+    """``-o x.json.gz`` onto a full disk (a symlink to /dev/full): one line, exit 2."""
+    (tmp_path / "full.json.gz").symlink_to("/dev/full")
+    done = subprocess.run(
+        [sys.executable, "-m", "specnsys", "--no-cache", "export", "--format", "perfetto",
+         str(SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"), "-o", str(tmp_path / "full.json.gz")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "cannot write to" in line and "No space left on device" in line
 
 
 def test_a_sample_capture_exports_what_phases_reports() -> None:

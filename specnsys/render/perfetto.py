@@ -39,6 +39,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Protocol, TypeAlias, TypedDict
 
@@ -348,29 +350,82 @@ def write_trace_json(
     data: TimelineExport, trace: str, handle: IO[bytes], *, compress: bool = False
 ) -> int:
     """Write the document to *handle* (gzip with *compress*), streaming: the events are
-    rendered as they are written. Returns the number of events."""
-    out: IO[bytes] | gzip.GzipFile = (
-        gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) if compress else handle
-    )
-    count = 0
-    try:
-        out.write(b'{"displayTimeUnit":"ns","otherData":')
-        out.write(_COMPACT.encode(other_data(data, trace)).encode())
-        out.write(b',"traceEvents":[')
-        chunk: list[str] = []
-        for event in _encoded_events(data):
-            chunk.append(event)
-            count += 1
-            if len(chunk) >= 10_000:
-                out.write(("," if count > len(chunk) else "").encode() + ",".join(chunk).encode())
-                chunk = []
-        if chunk:
-            out.write(("," if count > len(chunk) else "").encode() + ",".join(chunk).encode())
-        out.write(b"]}\n")
-    finally:
-        if compress:
-            out.close()
+    rendered as they are written. Returns the number of events.
+
+    With *compress* the deflate runs on a thread of its own (:class:`_BackgroundWriter`),
+    beside the encoding of the next events: zlib releases the GIL while it compresses, which
+    took 1.4 of an export's 7 s at 2M events, one core idle
+    (docs/performance.md#issue-35-seventeenth-session-the-exports-phase-slices-and-its-gzip)."""
+    if not compress:
+        return _write_document(data, trace, handle)
+    with gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as zipped:
+        writer = _BackgroundWriter(zipped)
+        try:
+            count = _write_document(data, trace, writer)
+        finally:
+            writer.close()
     return count
+
+
+def _write_document(data: TimelineExport, trace: str, out: IO[bytes] | _BackgroundWriter) -> int:
+    out.write(b'{"displayTimeUnit":"ns","otherData":')
+    out.write(_COMPACT.encode(other_data(data, trace)).encode())
+    out.write(b',"traceEvents":[')
+    count = 0
+    chunk: list[str] = []
+    for event in _encoded_events(data):
+        chunk.append(event)
+        count += 1
+        if len(chunk) >= _CHUNK_EVENTS:
+            out.write(("," if count > len(chunk) else "").encode() + ",".join(chunk).encode())
+            chunk = []
+    if chunk:
+        out.write(("," if count > len(chunk) else "").encode() + ",".join(chunk).encode())
+    out.write(b"]}\n")
+    return count
+
+
+class _BackgroundWriter:
+    """Writes to *out* on a thread of its own, in the order given, at most
+    :data:`_QUEUED` chunks behind. A failed write (a full disk) is raised by the next
+    :meth:`write` or by :meth:`close`, which every caller reaches (it waits for the thread:
+    the file is never closed or removed under a write)."""
+
+    def __init__(self, out: IO[bytes] | gzip.GzipFile) -> None:
+        self._out = out
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=_QUEUED)
+        self._error: BaseException | None = None
+        # a daemon: an interrupted export never keeps the process alive waiting for it
+        self._thread = threading.Thread(
+            target=self._run, name="specnsys-export-writer", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:  # after a failure the rest is drained, not written
+                try:
+                    self._out.write(chunk)
+                except BaseException as error:  # noqa: BLE001 - handed to the encoding thread
+                    self._error = error
+
+    def write(self, chunk: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def close(self) -> None:
+        """Wait for every chunk to be written; raise the first write's failure."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+#: Events encoded before a write: about 1.4 MB.
+_CHUNK_EVENTS = 10_000
+#: Chunks the encoding may run ahead of the writer.
+_QUEUED = 4
 
 
 def trace_document(data: TimelineExport, trace: str) -> TraceDocument:
