@@ -218,6 +218,20 @@ def test_whatif_flags_reproduce_a_published_cell(capsys) -> None:
     assert "best k = 6" in out and "Amdahl ceiling at p = 50.0%: 2.00x" in out
 
 
+def test_whatif_of_a_huge_cost_ratio_answers_in_short_lines(capsys) -> None:
+    """``--c 1e308`` with ``--p``: the limit (0.00x end to end), c written in exponent form
+    (was: exit 2, "r must be a finite speedup > 0, got 0.0", an r the user never gave; and
+    without --p a c of 309 digits)."""
+    code, out, err = cli(capsys, "whatif", "--alpha", "0.7", "--k", "4", "--c", "1e308",
+                         "--p", "0.6")  # fmt: skip
+    assert code == 0, err
+    first = out.splitlines()[0]
+    assert "c = 1.000e+308 (given)" in first and len(first) < 120
+    assert "end to end 0.00x" in out
+    code, out, err = cli(capsys, "whatif", "--alpha", "0.7", "--c", "0.05")
+    assert code == 0 and "c = 0.050 (given)" in out  # an everyday ratio as before
+
+
 def test_whatif_from_measured_traces(capsys) -> None:
     code, out, err = cli(capsys, "whatif", "--json", str(BASE), str(SPEC))
     assert code == 0, err

@@ -602,6 +602,24 @@ def test_whatif_end_to_end_and_limits() -> None:
     assert math.isclose(number(hopeless["best_speedup"]), 1.2 / 1.5)
 
 
+@pytest.mark.parametrize("c", [1e308, 1.7976931348623157e308])
+def test_whatif_of_a_cost_beyond_the_float_range_is_the_limit(c: float) -> None:
+    """k x c past the largest float: the decode speedup is 0.0 (the limit, not a refusal), and
+    the end-to-end speedup Amdahl gives for it is 0 too (was: "r must be a finite speedup >
+    0, got 0.0", an r the user never gave); with p = 0 nothing is accelerable: 1."""
+    from specnsys.forecasting.formula import formula_forecast
+
+    w = whatif(0.7, 4, c, p=0.6)
+    assert w["expected_speedup"] == 0.0 and w["e2e_speedup"] == 0.0
+    # at the best k (1) the cost still fits: a speedup of about 1e-308, not 0
+    assert 0.0 <= number(w["best_e2e_speedup"]) < 1e-300 and not w["speculation_pays"]
+    assert whatif(0.7, 4, c, p=0.0)["e2e_speedup"] == 1.0
+    f = formula_forecast(p=0.6, alpha=0.7, k=4, c=c)
+    assert f.speedup == 0.0 and f.decode_speedup == 0.0
+    with pytest.raises(UsageError, match="r must be"):  # a given r of 0 stays refused
+        formula_forecast(p=0.6, r=0.0)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -69,8 +69,9 @@ def formula_forecast(
     if p is not None:
         ceiling_value = amdahl.amdahl_ceiling(p)
         ceiling = NotAvailable("p = 1: no finite ceiling") if ceiling_value is None else ceiling_value
-        if r is not None:
-            speedup = amdahl.amdahl_speedup(p, r)
+        if r is not None:  # a given r checked as given; Leviathan's r taken to its limit
+            law = amdahl.amdahl_of_computed if r is decode else amdahl.amdahl_speedup
+            speedup = law(p, r)
     return FormulaForecast(
         p=NotAvailable("not given (--p)") if p is None else float(p),
         r=NotAvailable("not given (--r, or --alpha/--k/--c)") if r is None else float(r),

@@ -76,6 +76,16 @@ def amdahl_speedup(p: float, r: float) -> float:
     return 1.0 / ((1.0 - p) + p / r)
 
 
+def amdahl_of_computed(p: float, r: float) -> float:
+    """:func:`amdahl_speedup` for an *r* the formulas computed (Leviathan's expectation), not
+    one a user gave: a step cost beyond the float range (``k x c`` overflowing) makes *r*
+    exactly 0.0, whose limit is an end-to-end speedup of 0 (1 when nothing is accelerable,
+    p = 0); a given r of 0 stays refused by :func:`amdahl_speedup`."""
+    if r == 0.0:
+        return 1.0 if _check_p(p) == 0.0 else 0.0
+    return amdahl_speedup(p, r)
+
+
 def amdahl_ceiling(p: float) -> float | None:
     """``1 / (1 - p)``: the speedup with infinitely fast accelerable work; None if p == 1."""
     p = _check_p(p)
@@ -135,7 +145,7 @@ def whatif(
     k_best, s_best = best_k(alpha, c, k_max)
 
     def e2e(s: float) -> float | None:
-        return None if p is None else amdahl_speedup(p, s)
+        return None if p is None else amdahl_of_computed(p, s)
 
     s_k = None if k is None else expected_speedup(alpha, k, c)
     rows = [

@@ -221,7 +221,7 @@ def _acceptance(d: AnalysisDoc) -> list[str]:
         per_step = d.get("draft_forwards_per_step")
         counted = f"; {per_step:.2f} draft forwards per step, from {basis}" if per_step else ""
         lines.append(
-            f"draft cost ratio c = {c:.3f} (one draft forward {_ms(per['draft_forward_ns'])} ms "
+            f"draft cost ratio c = {_ratio(c)} (one draft forward {_ms(per['draft_forward_ns'])} ms "
             f"/ one verify {_ms(per['verify_ns'])} ms{counted})"
         )
     w = d.get("whatif")
@@ -763,12 +763,18 @@ def _comparison_phase_rows(c: ComparisonDoc) -> list[str]:
     return lines
 
 
+def _ratio(x: float) -> str:
+    """A cost ratio to three decimals; from a million up in exponent form (a given ``--c
+    1e308`` was written with 309 digits)."""
+    return f"{x:.3f}" if abs(x) < 1e6 else f"{x:.3e}"
+
+
 def _comparison_costs(c: ComparisonDoc) -> list[str]:
     """c, verify over a baseline forward (with the 1.3 warning), Leviathan's what-if and the
     verify memory peak, where the comparison has them."""
     extra = []
     if c["draft_cost_ratio"] is not None:
-        extra.append(f"draft cost ratio c = {c['draft_cost_ratio']:.3f} (vs a baseline forward)")
+        extra.append(f"draft cost ratio c = {_ratio(c['draft_cost_ratio'])} (vs a baseline forward)")
     if c["verify_to_forward_ratio"] is not None:
         flag = (
             "  WARNING: > 1.3, verification is not almost free" if c["verify_ratio_warning"] else ""
@@ -845,7 +851,7 @@ def render_whatif_text(doc: Mapping[str, object], sources: dict[str, str] | None
         return f" ({src[key]})" if key in src else ""
 
     lines = [
-        f"alpha = {w['alpha']:.3f}{origin('alpha')}, c = {w['c']:.3f}{origin('c')}"
+        f"alpha = {w['alpha']:.3f}{origin('alpha')}, c = {_ratio(w['c'])}{origin('c')}"
         + (f", k = {w['k']}{origin('k')}" if w["k"] is not None else "")
         + (f", p = {w['p']:.1%}{origin('p')}" if w["p"] is not None else ""),
     ]
