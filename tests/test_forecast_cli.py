@@ -163,6 +163,30 @@ def test_bad_options_and_formula_inputs() -> None:
         _assert_one_error(result, *words)
 
 
+def test_formula_forecast_says_when_the_best_k_is_the_search_limit() -> None:
+    """alpha = 1 and c = 0: every k is better than the one before, so the best k is wherever
+    the search stopped. The formula forecast said "best k 12 (13.00x)" beside the given k =
+    1024's 1025x, as if 12 were best; it now names the searched range and says a larger k may
+    be better (as whatif does), in the text and in the JSON (``k_max``). Past the float's
+    digits a speedup is written in exponent form (was: 309 digits), and a given -0 is 0."""
+    results = _batch([
+        ["forecast", "--alpha", "1", "--k", "1024", "--c", "0", "--p", "1"],
+        ["forecast", "--alpha", "1", "--k", "1024", "--c", "0", "--p", "1", "--json"],
+        ["forecast", "--alpha", "0.8", "--k", "4", "--c", "0.1", "--p", "0.5"],
+        ["forecast", "--p", "1", "--r", "1e308"],
+        ["forecast", "--p", "-0.0", "--r", "2", "--json"],
+    ])  # fmt: skip
+    assert all(r["status"] == 0 for r in results), results
+    text, doc = str(results[0]["stdout"]), json.loads(str(results[1]["stdout"]))
+    assert "best k 12 of 1..12 (13.00x; the search limit: a larger k may be better" in text
+    assert doc["best_k"] == 12 and doc["k_max"] == 12 and doc["decode_speedup"] == 1025.0
+    # an optimum inside the range is written as before, with the range searched
+    assert "best k 6 of 1..12 (2.47x)" in str(results[2]["stdout"])
+    assert "end to end 1.000e+308x" in str(results[3]["stdout"])
+    zero = json.loads(str(results[4]["stdout"]))
+    assert zero["p"] == 0.0 and str(zero["p"]) == "0.0" and zero["speedup"] == 1.0
+
+
 def test_sources_of_different_models_or_engines_are_refused(tmp_path: Path) -> None:
     """A GPU-traced run beside CPU-only ones, and datasets labelled with two presets."""
     req = lengths(4, (8, 20), (10, 20), seed=3)

@@ -73,17 +73,18 @@ def formula_forecast(
             law = amdahl.amdahl_of_computed if r is decode else amdahl.amdahl_speedup
             speedup = law(p, r)
     return FormulaForecast(
-        p=NotAvailable("not given (--p)") if p is None else float(p),
+        p=NotAvailable("not given (--p)") if p is None else float(p) + 0.0,  # -0 is 0
         r=NotAvailable("not given (--r, or --alpha/--k/--c)") if r is None else float(r),
         amdahl_ceiling=ceiling,
         speedup=speedup,
-        alpha=NotAvailable("not given") if alpha is None else float(alpha),
+        alpha=NotAvailable("not given") if alpha is None else float(alpha) + 0.0,
         k=NotAvailable("not given") if k is None else k,
-        c=NotAvailable("not given") if c is None else float(c),
+        c=NotAvailable("not given") if c is None else float(c) + 0.0,
         tokens_per_step=tokens,
         step_cost=cost,
         decode_speedup=decode,
         best_k=best,
         best_k_speedup=best_s,
+        k_max=needs if isinstance(best, NotAvailable) else k_max,
         definitions=DEFINITIONS,
     )

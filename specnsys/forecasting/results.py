@@ -282,6 +282,8 @@ class FormulaForecast(Result):
     decode_speedup: float | NotAvailable
     best_k: int | NotAvailable
     best_k_speedup: float | NotAvailable
+    k_max: int | NotAvailable
+    """The best-k search's largest k (``--k-max``): a best k equal to it may not be the best."""
     definitions: dict[str, str]
 
 

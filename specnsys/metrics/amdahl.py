@@ -42,13 +42,13 @@ table lists k = 1 -- the cheaper setting for the same speedup.
 def _check_p(p: float) -> float:
     if not (isinstance(p, int | float) and 0.0 <= p <= 1.0):
         raise UsageError(f"p must be a fraction in [0, 1], got {p!r}")
-    return float(p)
+    return float(p) + 0.0  # -0.0 (a given "-0") is 0
 
 
 def _check_alpha(alpha: float) -> float:
     if not (isinstance(alpha, int | float) and 0.0 <= alpha <= 1.0):
         raise UsageError(f"alpha must be an acceptance rate in [0, 1], got {alpha!r}")
-    return float(alpha)
+    return float(alpha) + 0.0
 
 
 #: The largest draft length any what-if considers: far past every real k, and a bound on the
@@ -65,7 +65,7 @@ def _check_k(k: int) -> int:
 def _check_c(c: float) -> float:
     if not (isinstance(c, int | float) and math.isfinite(c) and c >= 0.0):
         raise UsageError(f"c must be a cost ratio >= 0, got {c!r}")
-    return float(c)
+    return float(c) + 0.0
 
 
 def amdahl_speedup(p: float, r: float) -> float:

@@ -180,19 +180,38 @@ def render_forecast_text(f: Forecast) -> str:
     return "\n".join(lines)
 
 
+def _times(x: float | NotAvailable) -> str:
+    """A speedup: two decimals and ``x``; from a million up in exponent form (``--p 1 --r
+    1e308`` was written with 309 digits)."""
+    if isinstance(x, NotAvailable):
+        return "n/a"
+    return f"{x:.2f}x" if abs(x) < 1e6 else f"{x:.3e}x"
+
+
+def _best_k(f: FormulaForecast) -> str:
+    """The best k, the range searched, and whether the search stopped at its end (then a
+    larger k may be better: alpha = 1 with c = 0 gets better with every k)."""
+    searched = f"best k {_n(f.best_k, 'd')} of 1..{_n(f.k_max, 'd')}"
+    if isinstance(f.best_k, int) and f.best_k == f.k_max:
+        return (
+            f"{searched} ({_times(f.best_k_speedup)}; the search limit: a larger k may be "
+            "better, --k-max)"
+        )
+    return f"{searched} ({_times(f.best_k_speedup)})"
+
+
 def render_formula_text(f: FormulaForecast) -> str:
     lines = []
     if not isinstance(f.tokens_per_step, NotAvailable):
         lines.append(
             f"alpha {f.alpha}, k {f.k}, c {f.c}: {f.tokens_per_step:.2f} tokens per step "
             f"(Leviathan's expectation) for a step of {_n(f.step_cost)} target forwards: "
-            f"{_n(f.decode_speedup, '.2f', 'x')} decode; best k {_n(f.best_k, 'd')} "
-            f"({_n(f.best_k_speedup, '.2f', 'x')})"
+            f"{_times(f.decode_speedup)} decode; {_best_k(f)}"
         )
     if not isinstance(f.p, NotAvailable):
         lines.append(
-            f"p {f.p:g}, r {_n(f.r, '.3g')}: end to end {_n(f.speedup, '.2f', 'x')}; "
-            f"Amdahl ceiling {_n(f.amdahl_ceiling, '.2f', 'x')}"
+            f"p {f.p:g}, r {_n(f.r, '.3g')}: end to end {_times(f.speedup)}; "
+            f"Amdahl ceiling {_times(f.amdahl_ceiling)}"
         )
     lines += [f"  {k} = {v}" for k, v in f.definitions.items()]
     return "\n".join(lines)
