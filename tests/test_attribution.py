@@ -689,14 +689,29 @@ def spec_builder(spec: dict) -> NsysExportBuilder:
 def test_property_exclusive_segments_sum_to_the_breakdown(tmp_path: Path, spec: dict) -> None:
     """The exclusive timeline a phase track draws (exclusive_segments) sums, per phase, to
     the breakdown's wall time (within its rounding to integer ns), tiles the window, and
-    never has a negative length."""
-    from specnsys.attribution.timeline import exclusive_segments
+    never has a negative length. exclusive_slices (what an export's phase tracks draw, merged
+    on codes) is those segments with adjacent ones of one phase and split merged, by phase
+    name then start; the same whether it reads the ops itself or is handed the export's
+    attributed ops (names, devices and streams)."""
+    from specnsys.attribution.context import AttributionContext
+    from specnsys.attribution.launch import attributed_gpu_ops, rules_for
+    from specnsys.attribution.timeline import exclusive_segments, exclusive_slices
+    from specnsys.vocabulary import DOMAIN, PHASES
 
     b = spec_builder(spec)
     b.thread(1, 2, "worker")
     with _open(b, tmp_path, "seg.sqlite") as t:
         pb = exclusive_phase_times(t, pid=1)
         seg = exclusive_segments(t, pid=1)
+        with AttributionContext(t, rules_for(PHASES, DOMAIN, None)) as context:
+            own = exclusive_slices(t, pb, context)
+            span = (pb.window_start_ns, pb.window_end_ns)
+            ops = attributed_gpu_ops(
+                t, context.phase_index(), pid=1, window=span, names=True, streams=True
+            )
+            handed = exclusive_slices(t, pb, context, ops)
+    expected = _merged_by_hand(seg)
+    assert own.rows() == expected and handed.rows() == expected
     assert (seg["end"] >= seg["start"]).all()
     got = seg.group_by("phase").agg(((pl.col("end") - pl.col("start")) * pl.col("share")).sum())
     walls = dict(zip(pb.frame["phase"], pb.frame["wall_ns"], strict=True))
@@ -721,35 +736,3 @@ def _merged_by_hand(seg: pl.DataFrame) -> list[tuple[str, int, int, int]]:
         else:
             out.append([phase, start, end, sharing])
     return [tuple(x) for x in out]
-
-
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(spec=_traces())
-def test_property_exclusive_slices_merge_the_segments(tmp_path: Path, spec: dict) -> None:
-    """exclusive_slices (what an export's phase tracks draw, merged on codes) is
-    exclusive_segments with adjacent segments of one phase and split merged, ordered by
-    phase name then start; the same whether it reads the ops itself or is handed the export's
-    attributed ops (names, devices and streams)."""
-    from specnsys.attribution.context import AttributionContext
-    from specnsys.attribution.launch import attributed_gpu_ops, rules_for
-    from specnsys.attribution.timeline import exclusive_segments, exclusive_slices
-    from specnsys.vocabulary import DOMAIN, PHASES
-
-    b = spec_builder(spec)
-    b.thread(1, 2, "worker")
-    with _open(b, tmp_path, "slices.sqlite") as t:
-        rules = rules_for(PHASES, DOMAIN, None)
-        seg = exclusive_segments(t, pid=1)
-        with AttributionContext(t, rules) as context:
-            pb = exclusive_phase_times(t, pid=1, rules=rules, context=context)
-            own = exclusive_slices(t, pb, context)
-            span = (pb.window_start_ns, pb.window_end_ns)
-            ops = attributed_gpu_ops(
-                t, context.phase_index(), pid=1, window=span, names=True, streams=True
-            )
-            handed = exclusive_slices(t, pb, context, ops)
-    expected = _merged_by_hand(seg)
-    assert own.rows() == expected
-    assert handed.rows() == expected
