@@ -736,3 +736,34 @@ def _merged_by_hand(seg: pl.DataFrame) -> list[tuple[str, int, int, int]]:
         else:
             out.append([phase, start, end, sharing])
     return [tuple(x) for x in out]
+
+
+@pytest.mark.parametrize("unit", [1, 2**56], ids=["ns", "a window of 2**60 ns"])
+def test_exclusive_slices_order_with_one_key_and_two(tmp_path: Path, unit: int) -> None:
+    """The slices are ordered by one integer key (phase rank x window + start) where it fits
+    in 62 bits, else by the two columns: a window of 2**60 ns with four phases takes the
+    second way; both give the segments merged by hand (two phases sharing the GPU, an idle
+    gap, a kernel outside every range)."""
+    from specnsys.attribution.context import AttributionContext
+    from specnsys.attribution.launch import rules_for
+    from specnsys.attribution.timeline import exclusive_segments, exclusive_slices
+    from specnsys.vocabulary import DOMAIN, PHASES
+
+    b = _builder()
+    _request(b, 0, 16 * unit)
+    _pp(b, 0, 8 * unit, "draft")
+    _pp(b, 8 * unit, 12 * unit, "verify")
+    _pp(b, 12 * unit, 16 * unit, "sample")
+    for c, (launch, start, end, stream) in enumerate(
+        [(1, 2, 9, 1), (8, 9, 11, 2), (13, 14, 15, 1)], start=1
+    ):
+        b.runtime(launch * unit, launch * unit + 1, "cudaLaunchKernel", c, pid=1, tid=1)
+        b.kernel(start * unit, end * unit, f"k{c}", c, pid=1, stream=stream)
+    b.kernel(5 * unit, 6 * unit, "orphan", 99, pid=1, stream=3)
+    with _open(b, tmp_path) as t:
+        seg = exclusive_segments(t, pid=1)
+        with AttributionContext(t, rules_for(PHASES, DOMAIN, None)) as context:
+            pb = exclusive_phase_times(t, pid=1, context=context)
+            slices = exclusive_slices(t, pb, context)
+    assert slices.rows() == _merged_by_hand(seg)
+    assert {r[3] for r in slices.rows()} == {1, 2} and len({r[0] for r in slices.rows()}) >= 4
