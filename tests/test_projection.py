@@ -20,6 +20,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import specnsys
 from specnsys.attribution.kernel_summary import kernel_summary
@@ -243,3 +245,89 @@ def test_ranges_and_kernels_commands(tmp_path: Path) -> None:
     assert out.returncode == 0 and "gemm<float>" in out.stdout and "100.0%" in out.stdout
     doc = json.loads(cli("kernels", "--json", str(path)).stdout)
     assert doc["rows"][0]["total_ns"] == 60 and doc["rows"][0]["instances"] == 1
+
+
+# -- the Polars projection against the SQL one ---------------------------------------------------
+
+
+def _sql_projection(trace: specnsys.Trace) -> pl.DataFrame:
+    from specnsys.attribution.projection import _PROJECTION_SQL
+
+    return pl.DataFrame(trace.connection.sql(_PROJECTION_SQL))
+
+
+def _assert_same_frame(got: pl.DataFrame, want: pl.DataFrame) -> None:
+    assert got.schema == want.schema
+    assert got.rows() == want.rows()
+
+
+def test_the_projection_equals_the_sql_on_the_hostile_corpus(tmp_path: Path) -> None:
+    """On every hostile export that opens, the projection is the SQL method's frame, row for
+    row and type for type; the Polars frame is too wherever every op has both times in order
+    (an export with an op without an end, or ending before it starts, takes the SQL)."""
+    from specnsys.attribution.projection import _odd_op_times, _projection_frame
+    from specnsys.errors import BadInputError
+    from tests.hostile_corpus import write_all
+
+    odd = []
+    for name, path in write_all(tmp_path).items():
+        try:
+            trace = specnsys.open(path)
+        except BadInputError:
+            continue
+        with trace:
+            want = _sql_projection(trace)
+            _assert_same_frame(nvtx_gpu_projection(trace), want)
+            if _odd_op_times(trace):
+                odd.append(name)
+            else:
+                _assert_same_frame(_projection_frame(trace), want)
+    assert {"null_end", "negative_durations"} <= set(odd)
+
+
+@st.composite
+def _projection_traces(draw: st.DrawFn) -> NsysExportBuilder:
+    """Two processes, up to three threads: nested push/pop and start/end ranges (some never
+    closed, some in a named domain), calls with shared and missing correlation ids, kernels
+    and copies (several per id, some launched by nothing), all on a 10 ns grid so that calls
+    start together and at a range's ends."""
+    b = NsysExportBuilder()
+    t = st.integers(0, 40).map(lambda x: 10 * x)  # a coarse grid: equal times are common
+    for pid in (1, 2):
+        b.process(pid, f"p{pid}")
+        b.thread(pid, 1, "main")
+        b.thread(pid, 2, "worker")
+    b.domain(1, "specnsys", pid=1, tid=1)
+    for _ in range(draw(st.integers(0, 12))):
+        pid, tid = draw(st.sampled_from([(1, 1), (1, 2), (2, 1)]))
+        s = draw(t)
+        end = draw(st.one_of(st.none(), st.integers(s // 10, s // 10 + 20).map(lambda x: 10 * x)))
+        text = draw(st.sampled_from(["step", "draft", "verify", "aten::mm"]))
+        how = b.push_pop if draw(st.booleans()) else b.start_end
+        how(s, end, text, pid=pid, tid=tid, domain_id=draw(st.sampled_from([0, 1])))
+    for _ in range(draw(st.integers(0, 14))):
+        pid, tid = draw(st.sampled_from([(1, 1), (1, 2), (2, 1)]))
+        s = draw(t)
+        corr = draw(st.integers(1, 6))
+        b.runtime(s, s + 10 * draw(st.integers(0, 15)), "cudaLaunchKernel", corr, pid=pid, tid=tid)
+    for _ in range(draw(st.integers(0, 14))):
+        s = draw(t)
+        corr, pid = draw(st.integers(1, 7)), draw(st.sampled_from([1, 2]))
+        if draw(st.booleans()):
+            b.kernel(s, s + draw(st.integers(0, 90)), "k", corr, pid=pid)
+        else:
+            b.memcpy(s, s + draw(st.integers(0, 90)), 64, corr, pid=pid)
+    return b
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(b=_projection_traces())
+def test_property_the_polars_projection_is_the_sql(tmp_path_factory: pytest.TempPathFactory,
+                                                   b: NsysExportBuilder) -> None:
+    """On generated traces the Polars projection equals the SQL method's frame exactly."""
+    from specnsys.attribution.projection import _projection_frame
+
+    with specnsys.open(b.write(tmp_path_factory.mktemp("proj") / "t.sqlite")) as trace:
+        _assert_same_frame(_projection_frame(trace), _sql_projection(trace))

@@ -31,6 +31,14 @@ same on every run, as nsys does; the (range, call) pairs come from expanding tha
 ``range(i0, i1 + 1)`` and an equi-join on (thread, index). The work is linear in the number
 of pairs -- the number of (call, enclosing range) incidences, which NVIDIA's definition has to
 count anyway.
+
+It runs in Polars and numpy (:func:`_projection_frame`): the calls sorted by thread, start,
+end and id are numbered once, the runs come from two as-of joins, and a run's calls and each
+call's ops are gathered by row number (``numpy.repeat``), not hash-joined. The same method in
+DuckDB SQL (:data:`_PROJECTION_SQL`) serves an export with an op lacking a time or ending
+before it starts, where the union's handling of such an interval is the SQL's; the tests hold
+the two frames equal on generated traces and the hostile corpus
+(docs/performance.md#issue-35-seventeenth-session-ranges-in-polars).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from specnsys.attribution.intervals import islands_sql
+from specnsys.attribution.intervals import islands_frame, islands_sql
 from specnsys.attribution.rules import TORCH_OP_DECORATION
 from specnsys.ingest.summary import MAX_ABS_TIME_NS
 
@@ -137,10 +145,166 @@ def nvtx_gpu_projection(trace: Trace) -> pl.DataFrame:
     nesting per thread and domain), ``start``/``duration`` (the CPU range), ``proj_start``/
     ``proj_duration`` (span of its GPU ops), ``gpu_ops`` (distinct correlation ids), and
     ``gpu_busy_ns`` (union of its ops' intervals).
+
+    The method of the module docs in Polars and numpy (:func:`_projection_frame`): the call
+    runs are row numbers of the calls sorted by thread and start, so a range's calls are
+    gathered, not joined. An export with an op without both times, or ending before it
+    starts (which the union below would treat differently), takes :data:`_PROJECTION_SQL`,
+    the same method in DuckDB SQL, which the tests hold the frame equal to.
     """
-    # through the Arrow C stream, not ``.pl()``: that imports pyarrow, a large part of a warm
-    # ``specnsys ranges`` (docs/performance.md#attribution-and-metrics)
-    return pl.DataFrame(trace.connection.sql(_PROJECTION_SQL))
+    if _odd_op_times(trace):
+        # through the Arrow C stream, not ``.pl()``: that imports pyarrow, a large part of a
+        # warm ``specnsys ranges`` (docs/performance.md#attribution-and-metrics)
+        return pl.DataFrame(trace.connection.sql(_PROJECTION_SQL))
+    return _projection_frame(trace)
+
+
+_OP_TABLES = ("kernels", "memcpy", "memset", "graphs")
+_I64 = pl.Int64
+
+
+def _ops(trace: Trace) -> pl.LazyFrame:
+    return pl.concat([
+        trace.table(t).select(
+            pl.col("start").cast(_I64), pl.col("end").cast(_I64),
+            pl.col("correlation_id").cast(_I64).alias("corr"), pl.col("pid").cast(_I64),
+        )
+        for t in _OP_TABLES
+    ])  # fmt: skip
+
+
+def _odd_op_times(trace: Trace) -> bool:
+    """Whether some GPU op lacks a time or ends before it starts."""
+    odd = pl.col("start").is_null() | pl.col("end").is_null() | (pl.col("end") < pl.col("start"))
+    return bool(_ops(trace).select(odd.any()).collect().item())
+
+
+def _projection_frame(trace: Trace) -> pl.DataFrame:
+    """:data:`_PROJECTION_SQL`'s rows, computed in Polars (every op has both times)."""
+    import numpy as np
+
+    ops = _ops(trace)
+    calls = (
+        trace.table("runtime")
+        .filter(
+            pl.col("start").is_not_null() & pl.col("end").is_not_null()
+            & pl.col("global_tid").is_not_null()
+        )
+        .select(
+            pl.col("global_tid").cast(_I64).alias("gtid"), pl.col("start").cast(_I64).alias("a_s"),
+            pl.col("end").cast(_I64).alias("a_e"), pl.col("correlation_id").cast(_I64).alias("corr"),
+            pl.col("pid").cast(_I64),
+        )
+        .join(ops.select("corr", "pid").unique(), on=["corr", "pid"], how="semi")
+        .unique()
+        .sort("gtid", "a_s", "a_e", "corr")
+        .with_row_index("g")
+        .collect()
+    )  # fmt: skip
+    ranges = _ranges(trace, calls)
+    if ranges.height == 0:
+        return _empty_projection()
+    # each range's run of calls [i0, i1], expanded: (range row, call row)
+    first = ranges["i0"].to_numpy().astype(np.int64)
+    count = ranges["i1"].to_numpy().astype(np.int64) - first + 1
+    owner = np.repeat(np.arange(ranges.height), count)
+    g = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - (np.cumsum(count) - count), count)
+    inside = calls["a_e"].to_numpy()[g] <= ranges["e"].to_numpy()[owner]  # the call ends inside
+    owner, g = owner[inside], g[inside]
+    # each call's ops, by call row: (range row, op)
+    per_call = calls.lazy().select("g", "corr", "pid").join(ops, on=["corr", "pid"]).sort("g").collect()
+    n_ops = np.bincount(per_call["g"].to_numpy().astype(np.int64), minlength=calls.height)
+    op_first = np.cumsum(n_ops) - n_ops
+    k = n_ops[g]
+    row = np.repeat(owner, k)
+    op = np.arange(int(k.sum()), dtype=np.int64) + np.repeat(op_first[g] - (np.cumsum(k) - k), k)
+    hits = pl.DataFrame({"r": row}).with_columns(
+        per_call["corr"].gather(op), per_call["start"].gather(op).alias("s"),
+        per_call["end"].gather(op).alias("e"),
+    )  # fmt: skip
+    return _projection_rows(ranges, hits)
+
+
+def _ranges(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
+    """The module docs' ranges with their run of calls ``i0, i1`` (row numbers of *calls*:
+    the first call starting at or after the range's start, the last starting at or before
+    its end, on its thread); only those with a call in their run."""
+    nvtx = trace.table("nvtx")
+    plausible = pl.lit(-MAX_ABS_TIME_NS), pl.lit(MAX_ABS_TIME_NS)
+    last = nvtx.select(
+        pl.max_horizontal(
+            pl.col("start").filter(pl.col("start").is_between(*plausible)).max(),
+            pl.col("end").filter(pl.col("end").is_between(*plausible)).max(),
+        )
+    ).collect().item()  # fmt: skip
+    ranges = (
+        nvtx.filter(
+            pl.col("kind").is_in(["push_pop", "start_end"]) & pl.col("end_global_tid").is_null()
+            & pl.col("start").is_not_null() & pl.col("global_tid").is_not_null()
+        )
+        .select(
+            "id", pl.col("global_tid").cast(_I64).alias("gtid"), "pid", "tid", "kind", "depth",
+            pl.col("start").cast(_I64).alias("s"),
+            pl.col("end").cast(_I64).fill_null(pl.lit(last, _I64)).alias("e"),
+            pl.when(pl.col("domain").is_not_null())
+            .then(pl.col("domain") + ":" + pl.col("text")).otherwise(pl.col("text")).alias("name"),
+        )
+        .collect()
+    )  # fmt: skip
+    starts = calls.lazy().group_by("gtid", "a_s").agg(
+        pl.col("g").min().alias("i0"), pl.col("g").max().alias("i1")
+    ).sort("a_s").collect()  # fmt: skip
+    lo = ranges.lazy().select("id", "gtid", "s").sort("s").join_asof(
+        starts.lazy().select("gtid", "a_s", "i0"), left_on="s", right_on="a_s", by="gtid",
+        strategy="forward", check_sortedness=False,  # sorted just above: by time, not by thread
+    ).select("id", "i0")  # fmt: skip
+    hi = ranges.lazy().select("id", "gtid", "e").drop_nulls("e").sort("e").join_asof(
+        starts.lazy().select("gtid", "a_s", "i1"), left_on="e", right_on="a_s", by="gtid",
+        strategy="backward", check_sortedness=False,
+    ).select("id", "i1")  # fmt: skip
+    return (
+        ranges.lazy().join(lo, on="id").join(hi, on="id")
+        .filter(pl.col("i0").is_not_null() & pl.col("i1").is_not_null()
+                & (pl.col("i0") <= pl.col("i1")))
+        .collect()
+    )  # fmt: skip
+
+
+def _projection_rows(ranges: pl.DataFrame, hits: pl.DataFrame) -> pl.DataFrame:
+    """The rows of :func:`nvtx_gpu_projection` from the ranges and their ops (``r``: the range
+    row, ``corr``, ``s``, ``e``)."""
+    proj = hits.group_by("r").agg(
+        pl.col("s").min().alias("proj_start"), pl.col("e").max().alias("proj_end"),
+        pl.col("corr").n_unique().alias("gpu_ops"),
+    )  # fmt: skip
+    busy = islands_frame(hits.lazy().select("r", "s", "e"), "r").group_by("r").agg(
+        (pl.col("b") - pl.col("a")).sum().alias("gpu_busy_ns")
+    )  # fmt: skip
+    return (
+        ranges.with_row_index("r").join(proj, on="r").join(busy, on="r")
+        .sort("s", "id")
+        .select(
+            pl.col("id").alias("range_id"), "name",
+            pl.when(pl.col("kind") == "push_pop").then(pl.lit("PushPop"))
+            .otherwise(pl.lit("StartEnd")).alias("style"),
+            "pid", "tid", "depth", pl.col("s").alias("start"),
+            (pl.col("e") - pl.col("s")).alias("duration"), "proj_start",
+            (pl.col("proj_end") - pl.col("proj_start")).alias("proj_duration"),
+            "gpu_ops", "gpu_busy_ns",
+        )
+        .cast(_SCHEMA)
+    )  # fmt: skip
+
+
+def _empty_projection() -> pl.DataFrame:
+    return pl.DataFrame(schema=_SCHEMA)
+
+
+_SCHEMA = pl.Schema({
+    "range_id": _I64, "name": pl.String, "style": pl.String, "pid": _I64, "tid": _I64,
+    "depth": pl.Int32, "start": _I64, "duration": _I64, "proj_start": _I64, "proj_duration": _I64,
+    "gpu_ops": _I64, "gpu_busy_ns": _I64,
+})  # fmt: skip
 
 
 GROUP_BY = ("text", "name")
