@@ -196,8 +196,10 @@ def _projection_frame(trace: Trace) -> pl.DataFrame:
             pl.col("pid").cast(_I64),
         )
         .join(ops.select("corr", "pid").unique(), on=["corr", "pid"], how="semi")
-        .unique()
-        .sort("gtid", "a_s", "a_e", "corr")
+        # A run covers every call of its first and last start, so the order within one start
+        # does not matter; nor do repeated calls (the SQL's DISTINCT): the sums below are a
+        # min, a max, a count of distinct ids and a union, which a repeat leaves as they are.
+        .sort("gtid", "a_s")
         .with_row_index("g")
         .collect()
     )  # fmt: skip
