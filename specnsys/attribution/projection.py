@@ -32,8 +32,8 @@ same on every run, as nsys does; the (range, call) pairs come from expanding tha
 of pairs -- the number of (call, enclosing range) incidences, which NVIDIA's definition has to
 count anyway.
 
-It runs in Polars and numpy (:func:`_projection_frame`): the calls sorted by thread, start,
-end and id are numbered once, the runs come from two as-of joins, and a run's calls and each
+It runs in Polars and numpy (:func:`_projection_frame`): the calls sorted by thread and start
+are numbered once, the runs come from two as-of joins, and a run's calls and each
 call's ops are gathered by row number (``numpy.repeat``), not hash-joined. The same method in
 DuckDB SQL (:data:`_PROJECTION_SQL`) serves an export with an op lacking a time or ending
 before it starts, where the union's handling of such an interval is the SQL's; the tests hold
@@ -220,7 +220,7 @@ def _projection_frame(trace: Trace) -> pl.DataFrame:
     k = n_ops[g]
     row = np.repeat(owner, k)
     op = np.arange(int(k.sum()), dtype=np.int64) + np.repeat(op_first[g] - (np.cumsum(k) - k), k)
-    hits = pl.DataFrame({"r": row}).with_columns(
+    hits = pl.DataFrame({"r": row}, schema={"r": _I64}).with_columns(
         per_call["corr"].gather(op), per_call["start"].gather(op).alias("s"),
         per_call["end"].gather(op).alias("e"),
     )  # fmt: skip
@@ -283,7 +283,8 @@ def _projection_rows(ranges: pl.DataFrame, hits: pl.DataFrame) -> pl.DataFrame:
         (pl.col("b") - pl.col("a")).sum().alias("gpu_busy_ns")
     )  # fmt: skip
     return (
-        ranges.with_row_index("r").join(proj, on="r").join(busy, on="r")
+        ranges.with_row_index("r").with_columns(pl.col("r").cast(_I64))
+        .join(proj, on="r").join(busy, on="r")
         .sort("s", "id")
         .select(
             pl.col("id").alias("range_id"), "name",
