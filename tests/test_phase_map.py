@@ -184,3 +184,15 @@ def test_change_points_placed_by_rank_equal_the_sorted_ones(rows) -> None:
     assert placed.equals(phase_change_points(ranges.drop("srn", "ern")))
     subset = ranges.filter(pl.col("id") % 3 != 0)
     assert phase_change_points(subset).equals(phase_change_points(subset.drop("srn", "ern")))
+
+
+def test_run_rows_lists_every_row_of_each_run_in_order() -> None:
+    """run_rows expands runs [first, first + count) row by row, an empty run giving none."""
+    import numpy as np
+
+    from specnsys.attribution.intervals import run_rows
+
+    owner, rows = run_rows(np.array([5, 0, 9, 2], dtype=np.int64), np.array([2, 0, 3, 1]))
+    assert owner.tolist() == [0, 0, 2, 2, 2, 3] and rows.tolist() == [5, 6, 9, 10, 11, 2]
+    owner, rows = run_rows(np.array([], dtype=np.int64), np.array([], dtype=np.int64))
+    assert owner.size == rows.size == 0

@@ -6,9 +6,30 @@ ops on several streams would otherwise count twice.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-__all__ = ["islands_frame", "islands_sql"]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["islands_frame", "islands_sql", "run_rows"]
+
+
+def run_rows(first: npt.NDArray[np.int64], count: npt.NDArray[np.int64]) -> tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64]
+]:
+    """Every row of the runs ``[first[i], first[i] + count[i])`` (counts >= 0), run after run:
+    the run each belongs to and the row. numpy's repeat and arange, where a list per run
+    exploded (or a join on row numbers) cost several times more on millions of rows (the
+    export's phase slices, the NVTX projection; docs/performance.md, seventeenth session)."""
+    import numpy as np
+
+    owner = np.repeat(np.arange(first.size, dtype=np.int64), count)
+    start = np.cumsum(count) - count  # each run's first position in the output
+    rows = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
+    return owner, rows
 
 
 def islands_sql(source: str, key: str) -> str:

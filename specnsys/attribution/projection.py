@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from specnsys.attribution.intervals import islands_frame, islands_sql
+from specnsys.attribution.intervals import islands_frame, islands_sql, run_rows
 from specnsys.attribution.rules import TORCH_OP_DECORATION
 from specnsys.ingest.summary import MAX_ABS_TIME_NS
 
@@ -208,18 +208,14 @@ def _projection_frame(trace: Trace) -> pl.DataFrame:
         return _empty_projection()
     # each range's run of calls [i0, i1], expanded: (range row, call row)
     first = ranges["i0"].to_numpy().astype(np.int64)
-    count = ranges["i1"].to_numpy().astype(np.int64) - first + 1
-    owner = np.repeat(np.arange(ranges.height), count)
-    g = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - (np.cumsum(count) - count), count)
+    owner, g = run_rows(first, ranges["i1"].to_numpy().astype(np.int64) - first + 1)
     inside = calls["a_e"].to_numpy()[g] <= ranges["e"].to_numpy()[owner]  # the call ends inside
     owner, g = owner[inside], g[inside]
     # each call's ops, by call row: (range row, op)
     per_call = calls.lazy().select("g", "corr", "pid").join(ops, on=["corr", "pid"]).sort("g").collect()
     n_ops = np.bincount(per_call["g"].to_numpy().astype(np.int64), minlength=calls.height)
-    op_first = np.cumsum(n_ops) - n_ops
-    k = n_ops[g]
-    row = np.repeat(owner, k)
-    op = np.arange(int(k.sum()), dtype=np.int64) + np.repeat(op_first[g] - (np.cumsum(k) - k), k)
+    run, op = run_rows((np.cumsum(n_ops) - n_ops)[g], n_ops[g])
+    row = owner[run]
     hits = pl.DataFrame({"r": row}, schema={"r": _I64}).with_columns(
         per_call["corr"].gather(op), per_call["start"].gather(op).alias("s"),
         per_call["end"].gather(op).alias("e"),

@@ -35,7 +35,7 @@ import polars as pl
 from specnsys import __version__
 from specnsys.attribution.context import AttributionContext, attribution_context
 from specnsys.attribution.graph_nodes import graph_notes
-from specnsys.attribution.intervals import islands_frame
+from specnsys.attribution.intervals import islands_frame, run_rows
 from specnsys.attribution.launch import (
     OP_KIND,
     UNANNOTATED,
@@ -833,17 +833,13 @@ def _owned_segments(
 
 def _island_rows(islands: pl.DataFrame, starts: pl.Series) -> pl.DataFrame:
     """Per island (``phase, a, b``) the row numbers ``i`` of the elementary segments inside it
-    (*starts*: theirs, sorted; an island's bounds are segment bounds), with its ``phase``.
-    numpy's repeat and arange, not a list per island exploded: 0.55 s at 2M kernels."""
+    (*starts*: theirs, sorted; an island's bounds are segment bounds), with its ``phase``."""
     import numpy as np
 
     t = starts.to_numpy()
-    first = np.searchsorted(t, islands["a"].to_numpy())
-    count = np.searchsorted(t, islands["b"].to_numpy()) - first
-    count = np.maximum(count, 0)
-    owner = np.repeat(np.arange(islands.height), count)
-    # within each island's run of rows: its first row plus the position in the run
-    i = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - (np.cumsum(count) - count), count)
+    first = np.searchsorted(t, islands["a"].to_numpy()).astype(np.int64)
+    count = np.maximum(np.searchsorted(t, islands["b"].to_numpy()) - first, 0).astype(np.int64)
+    owner, i = run_rows(first, count)
     return pl.DataFrame([islands["phase"].gather(owner), pl.Series("i", i)])
 
 
