@@ -58,19 +58,20 @@ def formula_forecast(
     decode: float | NotAvailable = needs
     best: int | NotAvailable = needs
     best_s: float | NotAvailable = needs
+    computed_r = False  # r is Leviathan's expectation, not a given --r
     if alpha is not None and k is not None and c is not None:
         tokens = amdahl.tau(alpha, k)
         decode = amdahl.expected_speedup(alpha, k, c)
         cost = k * float(c) + 1.0
         best, best_s = amdahl.best_k(alpha, c, k_max)
-        r = decode
+        r, computed_r = decode, True
     ceiling: float | NotAvailable = NotAvailable("needs --p")
     speedup: float | NotAvailable = NotAvailable("needs --p and --r (or --alpha, --k, --c)")
     if p is not None:
         ceiling_value = amdahl.amdahl_ceiling(p)
         ceiling = NotAvailable("p = 1: no finite ceiling") if ceiling_value is None else ceiling_value
         if r is not None:  # a given r checked as given; Leviathan's r taken to its limit
-            law = amdahl.amdahl_of_computed if r is decode else amdahl.amdahl_speedup
+            law = amdahl.amdahl_of_computed if computed_r else amdahl.amdahl_speedup
             speedup = law(p, r)
     return FormulaForecast(
         p=NotAvailable("not given (--p)") if p is None else float(p) + 0.0,  # -0 is 0
