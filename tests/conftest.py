@@ -49,6 +49,23 @@ def corpus_cache(corpus_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     return corpus_cache_root
 
 
+@pytest.fixture(scope="session")
+def shared_cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("shared-cache")
+
+
+@pytest.fixture
+def shared_cache(shared_cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """One cache folder per worker, shared by the modules that only read the committed sample
+    traces and the traces they build themselves (``pytestmark = pytest.mark.usefixtures(
+    "shared_cache")``): each sample is built once per worker instead of once per test (302
+    cold builds of the eight samples in one run of the suite; none of those modules checks the
+    cache itself). Entries are keyed on the file's identity, so a trace a test writes gets its
+    own. Unlike ``corpus_cache`` it does not group its modules on one worker."""
+    monkeypatch.setenv("SPECNSYS_CACHE_DIR", str(shared_cache_root))
+    return shared_cache_root
+
+
 # -- running on several workers (pytest-xdist, `-n 2 --dist loadgroup`) ------------------------
 #
 # Each test module is one unit of work, so a module-scoped fixture (a capture, a built corpus

@@ -17,6 +17,8 @@ from specnsys.runset.forecast import advise
 from tests.conftest import json_doc
 from tests.forecast_loop import Costs, build_run, iid, lengths
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 #: A loop whose sampler and schedule are slow (the article's situation): worth cutting first.
 SLOW = Costs(sch_step=300_000, s0=400_000, s1=20_000, df=40_000, db=2_000)

@@ -19,6 +19,8 @@ from specnsys.metrics import amdahl_speedup
 from specnsys.testing import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES, sha256
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 BASE = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
 SPEC = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 SWEEP = [SAMPLE_TRACES / f"spec_chat_c4_k{k}.sqlite" for k in (2, 4, 6)]

@@ -15,6 +15,8 @@ import specnsys
 from specnsys.attribution import PhaseBreakdown, exclusive_phase_times, gpu_ops_with_phase
 from specnsys.testing import NsysExportBuilder
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "spec_chat_c4_k4.sqlite"
 
 

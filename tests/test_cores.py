@@ -14,6 +14,8 @@ from specnsys import cores
 from specnsys.cores import cgroup_cpu_limit, usable_cores
 from tests.conftest import SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLE = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 
 needs_affinity = pytest.mark.skipif(

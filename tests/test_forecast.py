@@ -19,6 +19,8 @@ from specnsys.results import NotAvailable, load, save, to_dict
 from specnsys.runset.forecast import fit_data, forecast
 from tests.forecast_loop import COSTS, Costs, build_run, constant, iid, lengths
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 ALPHA = 0.6
 SET_A = lengths(6, (8, 40), (12, 40), seed=1)

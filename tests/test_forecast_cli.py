@@ -16,6 +16,8 @@ import pytest
 
 from tests.forecast_loop import build_run, iid, lengths
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 DATASET = str(SAMPLES / "sweep")
 

@@ -22,6 +22,8 @@ from specnsys.testing import NsysExportBuilder
 from specnsys.vocabulary import DOMAIN, INPUT_TOKENS_MARK, PREFILL_ROLES
 from tests.conftest import SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 
 def _reference(trace: specnsys.Trace, scope: Scope) -> pl.DataFrame:
     sql = f"""

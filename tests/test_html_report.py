@@ -20,6 +20,8 @@ from specnsys.render.html import ReportFigure, inline_svg, render_report_html
 from tests.test_plots import BASELINE, COMPARISON, SPEC
 from tests.test_plots_lanes import build_gpu_trace
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 

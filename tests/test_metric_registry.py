@@ -29,6 +29,8 @@ from specnsys.runset.dataset import Dataset, Settings, run_id_of
 from specnsys.runset.sweep import analysis_from_doc
 from tests.conftest import SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SPEC = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 BASELINE = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
 

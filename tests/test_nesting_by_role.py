@@ -22,6 +22,8 @@ from specnsys.metrics.structure import STRUCTURE_PREFIX
 from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES, json_doc
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 
 class Loop:
     """A one-thread loop written as nsys would record it (domain ``specnsys``)."""

@@ -37,6 +37,8 @@ from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES, json_doc
 from tests.test_attribution import _traces, spec_builder
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 GPU_PID = 1 << 30  # the export's GPU processes are numbered from here
 STEPS = 4
 

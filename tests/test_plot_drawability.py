@@ -20,6 +20,8 @@ from specnsys.render import plots
 from specnsys.render.renderer import FigureData
 from specnsys.testing import NsysExportBuilder
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 BASE = str(SAMPLES / "baseline_chat_c4.sqlite")
 SPEC = str(SAMPLES / "spec_chat_c4_k4.sqlite")

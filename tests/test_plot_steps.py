@@ -22,6 +22,8 @@ from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES, json_doc
 from tests.test_step_distributions import _loop
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 BASE = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
 SPEC = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 

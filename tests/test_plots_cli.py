@@ -11,6 +11,8 @@ import pytest
 from specnsys.cli.main import main
 from tests.conftest import sha256
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 BASE = str(SAMPLES / "baseline_chat_c4.sqlite")
 SPEC = str(SAMPLES / "spec_chat_c4_k4.sqlite")

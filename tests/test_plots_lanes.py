@@ -11,6 +11,8 @@ from specnsys.attribution.lanes import timeline_lanes
 from specnsys.errors import BadInputError, UsageError
 from specnsys.testing import NsysExportBuilder
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 STEP = 1_000_000  # one decode step every 1 ms (ns)

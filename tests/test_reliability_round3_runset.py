@@ -33,6 +33,8 @@ import pytest
 
 from tests.conftest import SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SPECNSYS = [sys.executable, "-m", "specnsys"]
 CHAT = ["baseline_chat_c4", "spec_chat_c4_k2", "spec_chat_c4_k4"]
 

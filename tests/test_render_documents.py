@@ -22,6 +22,8 @@ from specnsys.metrics.whatcut import what_to_cut
 from specnsys.render import documents as d
 from tests.conftest import SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 BASE = SAMPLE_TRACES / "baseline_chat_c4.sqlite"
 SPEC = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 SPEC_K2 = SAMPLE_TRACES / "spec_chat_c4_k2.sqlite"

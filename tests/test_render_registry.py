@@ -32,6 +32,8 @@ from specnsys.render.renderer import FigureData, FigureRenderer, Renderer, Rende
 from specnsys.render.runs import Run
 from tests.conftest import SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 REPO = Path(__file__).resolve().parents[1]
 SPEC = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 

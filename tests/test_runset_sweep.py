@@ -19,6 +19,8 @@ from specnsys.runset.sweep import NOISY_RELATIVE_MAD, sweep
 from specnsys.testing import NsysExportBuilder
 from tests.conftest import json_doc
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 SAMPLE_PATTERNS = ("{mode}_{workload}_c{concurrency}_k{k}", "{mode}_{workload}_c{concurrency}")
 BUILT_PATTERNS = ("{mode}_k{k}_c{concurrency}_r{repeat}", "{mode}_c{concurrency}_r{repeat}")

@@ -9,6 +9,8 @@ import pytest
 import specnsys
 from tests.conftest import SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 TRACES = sorted(SAMPLE_TRACES.glob("*.sqlite"))
 
 

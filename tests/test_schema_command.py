@@ -22,6 +22,8 @@ from specnsys.model import MODEL_SCHEMA
 from specnsys.testing.builder import NsysExportBuilder
 from tests.conftest import REPO, SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 COMMANDS = [
     ["schema", "--json"],
     ["schema"],

@@ -29,6 +29,8 @@ from specnsys.metrics import Comparison, amdahl_speedup
 from specnsys.testing import NsysExportBuilder
 from tests.conftest import SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 SAMPLES = sorted(SAMPLE_TRACES.glob("*.sqlite"))
 TOLERANCE = 0.01  # the 1%
 

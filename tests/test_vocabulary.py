@@ -20,6 +20,8 @@ from specnsys.attribution.rules import REQUEST, default_rules
 from specnsys.render.palette import PHASE_COLORS, PHASE_ORDER
 from tests.conftest import REPO, SAMPLE_TRACES
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # the samples built once (conftest)
+
 TRACE = SAMPLE_TRACES / "spec_chat_c4_k4.sqlite"
 
 NO_NVTX = textwrap.dedent(
