@@ -29,7 +29,8 @@ def sha256(path: Path) -> str:
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own cache folder, so no test sees another's cache entries."""
+    """Every test gets its own cache folder, so no test sees another's cache entries; a module
+    that only reads traces may share one instead (``shared_cache``, ``corpus_cache``, below)."""
     folder = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("SPECNSYS_CACHE_DIR", str(folder))
     return folder
