@@ -32,6 +32,7 @@ from specnsys.render.documents import (
     cut_whatif_doc,
     leviathan_doc,
 )
+from specnsys.render.numbers import fixed_or_exponent
 from specnsys.render.window_words import window_rule_words
 from specnsys.results import JSONValue
 
@@ -764,9 +765,8 @@ def _comparison_phase_rows(c: ComparisonDoc) -> list[str]:
 
 
 def _ratio(x: float) -> str:
-    """A cost ratio to three decimals; from a million up in exponent form (a given ``--c
-    1e308`` was written with 309 digits)."""
-    return f"{x:.3f}" if abs(x) < 1e6 else f"{x:.3e}"
+    """A cost ratio to three decimals (exponent form from a million up)."""
+    return fixed_or_exponent(x, ".3f")
 
 
 def _comparison_costs(c: ComparisonDoc) -> list[str]:

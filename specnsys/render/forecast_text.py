@@ -19,6 +19,7 @@ from specnsys.forecasting.results import (
     Interval,
     Term,
 )
+from specnsys.render.numbers import fixed_or_exponent
 from specnsys.results import NotAvailable
 
 __all__ = ["render_advice_text", "render_forecast_text", "render_formula_text"]
@@ -181,11 +182,8 @@ def render_forecast_text(f: Forecast) -> str:
 
 
 def _times(x: float | NotAvailable) -> str:
-    """A speedup: two decimals and ``x``; from a million up in exponent form (``--p 1 --r
-    1e308`` was written with 309 digits)."""
-    if isinstance(x, NotAvailable):
-        return "n/a"
-    return f"{x:.2f}x" if abs(x) < 1e6 else f"{x:.3e}x"
+    """A speedup: two decimals and ``x`` (exponent form from a million up)."""
+    return "n/a" if isinstance(x, NotAvailable) else fixed_or_exponent(x, ".2f") + "x"
 
 
 def _best_k(f: FormulaForecast) -> str:
